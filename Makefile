@@ -1,0 +1,45 @@
+# hami-place developer targets. `make help` lists them.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export GOTOOLCHAIN := local
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python ## Create .venv and install the package with the agent and dev extras (pinned)
+	$(BIN)/pip install -q -c constraints.txt -e '.[agent,dev]'
+
+testbed-build: install ## Build (once) or locate the test-bed binaries: etcd, kube-*, kwok, helm
+	$(BIN)/python -m testbed build
+
+testbed: testbed-build ## Start a test bed in the background and print its kubeconfig
+	$(BIN)/python -m testbed up
+
+testbed-down: ## Stop the background test bed
+	$(BIN)/python -m testbed down
+
+lint: install ## ruff lint + format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install ## mypy over the packages and the harness
+	$(BIN)/mypy
+
+unit: install ## Pure-logic tests only (no control plane)
+	$(BIN)/pytest tests/unit -q
+
+test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tests on the real test bed
+	$(BIN)/pytest -q
+
+clean: ## Remove the venv and caches (not the test-bed binary cache)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+
+.PHONY: help install testbed-build testbed testbed-down lint typecheck unit test clean

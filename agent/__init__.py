@@ -1,0 +1,1 @@
+"""The in-cluster agent: admission webhooks, watch cache, REST API and evictor (Sanic)."""

@@ -1,0 +1,64 @@
+"""Kubernetes resource quantities, exactly (Decimal), as apimachinery's resource.Quantity reads them."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+
+
+class QuantityError(ValueError):
+    pass
+
+
+def parse_quantity(value: object) -> Decimal:
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"{value!r} is not a quantity")
+    m = _RE.match(value.strip())
+    if not m:
+        raise QuantityError(f"{value!r} is not a quantity")
+    number, exponent, suffix = m.groups()
+    try:
+        base = Decimal(number)
+        if exponent:
+            return base * (Decimal(10) ** int(exponent[1:]))
+        return base * _SUFFIX[suffix or ""]
+    except (InvalidOperation, OverflowError) as e:
+        raise QuantityError(f"{value!r} is out of range") from e
+
+
+def as_int64(value: object) -> int | None:
+    """Go's Quantity.AsInt64: the exact integer value, or None when it is fractional or invalid."""
+    try:
+        q = parse_quantity(value)
+    except QuantityError:
+        return None
+    if q != q.to_integral_value():
+        return None
+    n = int(q)
+    if not -(2**63) <= n < 2**63:
+        return None
+    return n

@@ -1,0 +1,1 @@
+"""kubectl hami-place: pin, move and defragment GPU workloads on HAMi clusters."""

@@ -1,0 +1,386 @@
+"""The test bed: a real control plane plus kwok-managed fake GPU nodes, as local processes.
+
+etcd -> kube-apiserver (RBAC, admission webhooks on) -> kube-controller-manager,
+kube-scheduler (profiles default-scheduler and hami-scheduler) and kwok, all on 127.0.0.1 with
+free ports, all logging to <workdir>/logs/<component>.log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed import build
+from testbed.certs import CertificateAuthority, service_account_signer
+from testbed.gpu_nodes import NodeSpec, uniform_nodes
+from testbed.processes import Process, StartupError, free_port, http_ok, stop_pid, wait_until
+
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.244.0.0/16"
+
+# Until the real HAMi scheduler extender joins the test bed, "hami-scheduler" is a plain
+# kube-scheduler profile: it honours affinity, taints and extended resources, but does no
+# per-GPU accounting and writes no hami.io/vgpu-* annotations.
+SCHEDULER_CONFIG_HEADER = """\
+# kube-scheduler configuration for the hami-place test bed.
+# The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: it is plain kube-scheduler
+# with no HAMi extender, so it places pods by node (affinity, taints, extended resources) but
+# does no per-GPU accounting and writes no hami.io/vgpu-* annotations. A later issue replaces
+# it with the real HAMi extender (filter + bind, nodeCacheCapable).
+"""
+
+
+@dataclass
+class Identity:
+    user: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass
+class TestBed:
+    __test__ = False  # not a pytest test class despite the name
+
+    workdir: Path
+    nodes: list[NodeSpec] = field(default_factory=lambda: uniform_nodes(3))
+    binaries: dict[str, Path] | None = None
+    start_timeout: float = 60.0
+
+    components: dict[str, Process] = field(default_factory=dict, init=False)
+    timings: dict[str, float] = field(default_factory=dict, init=False)
+    api_port: int = field(default=0, init=False)
+
+    # ---- paths ---------------------------------------------------------------------------
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki / "serving-ca.crt"
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> TestBed:
+        t0 = time.monotonic()
+        if self.binaries is None:
+            self.binaries = build.ensure_binaries()
+        for d in (self.pki, self.log_dir, self.workdir / "etcd"):
+            d.mkdir(parents=True, exist_ok=True)
+        self._mint_pki()
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_controllers()
+            self._create_nodes(self.nodes)
+            self._wait_cluster_usable()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["total"] = time.monotonic() - t0
+        (self.workdir / "timings.json").write_text(json.dumps(self.timings, indent=2))
+        return self
+
+    def stop(self) -> None:
+        # Reverse start order: clients first, so nothing logs errors about a vanished apiserver.
+        for name in reversed(list(self.components)):
+            self.components[name].stop()
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.components.items() if p.pid}
+
+    def logs(self, lines: int = 40) -> str:
+        parts = []
+        for name, proc in self.components.items():
+            state = "running" if proc.alive() else f"exited {proc.proc.returncode if proc.proc else '?'}"
+            parts.append(f"===== {name} ({state}) {proc.log_path} =====\n{proc.log_tail(lines)}")
+        return "\n".join(parts)
+
+    # ---- PKI and kubeconfigs -------------------------------------------------------------
+    def _mint_pki(self) -> None:
+        self.serving_ca = CertificateAuthority("hami-place-testbed-serving-ca")
+        self.client_ca = CertificateAuthority("hami-place-testbed-client-ca")
+        self.ca_file.write_bytes(self.serving_ca.cert_pem)
+        (self.pki / "client-ca.crt").write_bytes(self.client_ca.cert_pem)
+        self.serving_ca.issue_server(["127.0.0.1", "localhost", "10.0.0.1", "kubernetes.default.svc"]).write(
+            self.pki, "apiserver"
+        )
+        service_account_signer().write(self.pki, "sa")
+
+    def write_kubeconfig(self, path: Path, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig for `user` (client certificate signed by the test bed's client CA)."""
+        pair = self.client_ca.issue_client(user, groups)
+        stem = path.stem
+        crt, key = pair.write(self.pki, f"{stem}-client")
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "testbed", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
+            "current-context": "testbed",
+        }
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(self.pki / "admin-client.crt"), str(self.pki / "admin-client.key"))
+        return ctx
+
+    # ---- components ----------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        proc = Process(name, argv, self.log_dir)
+        self.components[name] = proc
+        proc.start()
+        return proc
+
+    def _bin(self, name: str) -> str:
+        assert self.binaries is not None
+        return str(self.binaries[name])
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        proc = self._spawn(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=testbed",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=testbed=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",  # throw-away data: durability only costs start-up time
+                "--log-level=warn",
+            ],
+        )
+        self.timings["etcd"] = wait_until(
+            "/health", lambda: http_ok(self.etcd_url + "/health"), proc, self.start_timeout
+        )
+
+    def _start_apiserver(self) -> None:
+        self.api_port = free_port()
+        p = self.pki
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                f"--secure-port={self.api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={p / 'apiserver.crt'}",
+                f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--client-ca-file={p / 'client-ca.crt'}",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={p / 'sa.crt'}",
+                f"--service-account-signing-key-file={p / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=RBAC",
+                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                "--allow-privileged=true",
+                # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
+                # which endpoint validation rejects (loopback) on every tick.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+            ],
+        )
+        # The admin's client pair (pki/admin-client.*) also authenticates the readiness probe.
+        self.write_kubeconfig(self.kubeconfig, "testbed-admin", ("system:masters",))
+        ctx = self._ssl_context()
+        self.timings["kube-apiserver"] = wait_until(
+            "/readyz", lambda: http_ok(f"{self.server}/readyz", ctx), proc, self.start_timeout
+        )
+
+    def _start_controllers(self) -> None:
+        kc = self.workdir / "kubeconfigs"
+        kc.mkdir(exist_ok=True)
+        kcm_port, sched_port = free_port(), free_port()
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={self.write_kubeconfig(kc / 'kcm.kubeconfig', 'system:kube-controller-manager')}",
+                f"--secure-port={kcm_port}",
+                "--bind-address=127.0.0.1",
+                "--leader-elect=false",
+                "--controllers=*",
+                # Each controller uses its own service account, as in a kubeadm cluster, so RBAC
+                # is exercised exactly as in production.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ],
+        )
+        sched_cfg = self.workdir / "scheduler-config.yaml"
+        sched_kc = self.write_kubeconfig(kc / "scheduler.kubeconfig", "system:kube-scheduler")
+        sched_cfg.write_text(
+            SCHEDULER_CONFIG_HEADER
+            + yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(sched_kc)},
+                    "leaderElection": {"leaderElect": False},
+                    "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": "hami-scheduler"}],
+                }
+            )
+        )
+        sched = self._spawn(
+            "kube-scheduler",
+            [
+                self._bin("kube-scheduler"),
+                f"--config={sched_cfg}",
+                f"--secure-port={sched_port}",
+                "--bind-address=127.0.0.1",
+            ],
+        )
+        kwok_kc = self.write_kubeconfig(kc / "kwok.kubeconfig", "testbed-kwok", ("system:masters",))
+        kwok = self._spawn(
+            "kwok",
+            [
+                self._bin("kwok"),
+                f"--kubeconfig={kwok_kc}",
+                f"--config={self._bin(build.KWOK_STAGES)}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--manage-nodes-with-label-selector=",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.1.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs of kcm/scheduler
+        self.timings["kube-controller-manager"] = wait_until(
+            "/healthz", lambda: http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure), kcm, self.start_timeout
+        )
+        self.timings["kube-scheduler"] = wait_until(
+            "/healthz", lambda: http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure), sched, self.start_timeout
+        )
+        kwok.alive() or self._raise_dead(kwok)
+
+    def _raise_dead(self, proc: Process) -> bool:
+        raise StartupError(f"{proc.name} exited:\n{proc.log_tail()}")
+
+    # ---- API helpers ---------------------------------------------------------------------
+    def api_client(self, kubeconfig: Path | None = None) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(kubeconfig or self.kubeconfig))
+
+    def _create_nodes(self, nodes: list[NodeSpec]) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        for spec in nodes:
+            core.create_node(spec.manifest())  # type: ignore[arg-type]  # the client validates dicts itself
+
+    def add_nodes(self, nodes: list[NodeSpec], timeout: float = 30) -> None:
+        self._create_nodes(nodes)
+        self.nodes.extend(nodes)
+        self._wait_nodes_ready([n.name for n in nodes], timeout)
+
+    def _wait_nodes_ready(self, names: list[str], timeout: float) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api_client())
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while pending:
+            for node in core.list_node().items:
+                conditions = (node.status.conditions if node.status else None) or []
+                if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+                    pending.discard(node.metadata.name)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise StartupError(
+                    f"nodes not Ready after {timeout}s: {sorted(pending)}\n{self.components['kwok'].log_tail()}"
+                )
+            time.sleep(0.2)
+
+    def _wait_cluster_usable(self) -> None:
+        """Nodes Ready (kwok works) and the default ServiceAccount exists (kcm works)."""
+        from kubernetes import client
+
+        t0 = time.monotonic()
+        self._wait_nodes_ready([n.name for n in self.nodes], self.start_timeout)
+        core = client.CoreV1Api(self.api_client())
+        while True:
+            try:
+                core.read_namespaced_service_account("default", "default")
+                break
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+            if time.monotonic() - t0 > self.start_timeout:
+                raise StartupError(
+                    "default ServiceAccount never appeared:\n" + self.components["kube-controller-manager"].log_tail()
+                )
+            time.sleep(0.1)
+        self.timings["nodes+serviceaccount"] = time.monotonic() - t0
+
+
+# ---- state file for the human command (python -m testbed up|down|env) ---------------------
+def state_path(workdir: Path) -> Path:
+    return workdir / "testbed.json"
+
+
+def save_state(bed: TestBed) -> None:
+    state_path(bed.workdir).write_text(
+        json.dumps(
+            {
+                "kubeconfig": str(bed.kubeconfig),
+                "server": bed.server,
+                "pids": bed.pids(),
+                "logs": str(bed.log_dir),
+                "nodes": [n.name for n in bed.nodes],
+            },
+            indent=2,
+        )
+    )
+
+
+def load_state(workdir: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(state_path(workdir).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def down(workdir: Path) -> bool:
+    state = load_state(workdir)
+    if not state:
+        return False
+    for pid in reversed(list(state["pids"].values())):
+        stop_pid(int(pid))
+    shutil.rmtree(workdir, ignore_errors=True)
+    return True
