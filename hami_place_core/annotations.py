@@ -69,7 +69,7 @@ class RegisterDecoding:
     devices: tuple[GpuDevice, ...] = ()
     format: RegisterFormat = "absent"
     error: str | None = None
-    # Entries that could not be read, with the reason; the readable ones are still in devices.
+    # Entries that could not be read, with the reason.
     skipped: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -181,12 +181,19 @@ def decode_register(value: str | None) -> RegisterDecoding:
             devices.append(_device_from_legacy(fields, pos))
         except ValueError as e:
             skipped.append(str(e))
-    if not devices and skipped:
-        return RegisterDecoding(format="invalid", error="; ".join(skipped[:3]), skipped=tuple(skipped))
     return _finish(devices, skipped, fmt)
 
 
 def _finish(devices: list[GpuDevice], skipped: list[str], fmt: RegisterFormat) -> RegisterDecoding:
+    if skipped:
+        # HAMi unmarshals the whole value or nothing (a Go decode error drops every device of the
+        # node), so one unreadable entry makes the node unusable for HAMi: say so, keep the reasons.
+        n = len(skipped)
+        return RegisterDecoding(
+            format="invalid",
+            error=f"{n} unreadable entr{'y' if n == 1 else 'ies'} (HAMi ignores the whole node): {skipped[0]}",
+            skipped=tuple(skipped),
+        )
     error = None
     indices = [d.index for d in devices]
     if fmt != "legacy-7" and len(set(indices)) != len(indices):
@@ -195,9 +202,7 @@ def _finish(devices: list[GpuDevice], skipped: list[str], fmt: RegisterFormat) -
     uuids = [d.uuid for d in devices]
     if len(set(uuids)) != len(uuids):
         error = "duplicate GPU UUID in the register annotation"
-    if skipped and not error:
-        error = f"{len(skipped)} unreadable entr{'y' if len(skipped) == 1 else 'ies'}: {skipped[0]}"
-    return RegisterDecoding(devices=tuple(devices), format=fmt, error=error, skipped=tuple(skipped))
+    return RegisterDecoding(devices=tuple(devices), format=fmt, error=error)
 
 
 def encode_register_json(devices: list[GpuDevice] | tuple[GpuDevice, ...]) -> str:

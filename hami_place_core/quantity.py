@@ -52,6 +52,8 @@ def parse_quantity(value: object) -> Decimal:
 
 def as_int64(value: object) -> int | None:
     """Go's Quantity.AsInt64: the exact integer value, or None when it is fractional or invalid."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 19:
+        return int(value)  # the common case, without the regex and Decimal
     try:
         q = parse_quantity(value)
     except QuantityError:

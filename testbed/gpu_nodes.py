@@ -13,13 +13,13 @@ kwok then plays the kubelet: it keeps the node Ready and runs the pods bound to 
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_place_core.annotations import NODE_REGISTER, GpuDevice, encode_register_json
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 
 
 @dataclass(frozen=True)
@@ -49,32 +49,32 @@ class NodeSpec:
         # Deterministic, so tests and docs can name a GPU by node and index.
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{index}"))
 
-    def register_entries(self) -> list[dict[str, Any]]:
+    def devices(self) -> list[GpuDevice]:
         return [
-            {
-                "id": self.gpu_uuid(i),
-                "index": i,
-                "count": self.split_count,
-                "devmem": self.model.devmem_mib,
-                "devcore": 100,
-                "type": self.model.type,
-                "numa": 0 if i < max(1, self.gpus // 2) else 1,
-                "mode": "hami-core",
-                "health": i not in self.unhealthy_indices,
-            }
+            GpuDevice(
+                uuid=self.gpu_uuid(i),
+                index=i,
+                count=self.split_count,
+                devmem=self.model.devmem_mib,
+                devcore=100,
+                type=self.model.type,
+                numa=0 if i < max(1, self.gpus // 2) else 1,
+                mode="hami-core",
+                health=i not in self.unhealthy_indices,
+            )
             for i in range(self.gpus)
         ]
 
     def manifest(self) -> dict[str, Any]:
-        entries = self.register_entries()
-        healthy = [e for e in entries if e["health"]]
+        devices = self.devices()
+        healthy = [d for d in devices if d.health]
         resources = {
             "cpu": "64",
             "memory": "512Gi",
             "pods": "110",
             "ephemeral-storage": "1Ti",
             "nvidia.com/gpu": str(len(healthy) * self.split_count),
-            "nvidia.com/gpumem": str(sum(e["devmem"] for e in healthy)),
+            "nvidia.com/gpumem": str(sum(d.devmem for d in healthy)),
             "nvidia.com/gpucores": str(100 * len(healthy)),
             "nvidia.com/gpumem-percentage": str(100 * len(healthy)),
         }
@@ -85,7 +85,7 @@ class NodeSpec:
                 "name": self.name,
                 "annotations": {
                     KWOK_ANNOTATION: "fake",
-                    REGISTER_ANNOTATION: json.dumps(entries, separators=(",", ":")),
+                    NODE_REGISTER: encode_register_json(devices),
                 },
                 "labels": {
                     "kubernetes.io/hostname": self.name,

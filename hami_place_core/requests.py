@@ -1,0 +1,184 @@
+"""A pod's GPU request as HAMi resolves it, and the pod-wide device selectors.
+
+Rules from HAMi v2.10.0 ``NvidiaGPUDevices.GenerateResourceRequests`` (``pkg/device/nvidia/device.go``):
+- each value is read from limits, falling back to requests, and must be an integer
+  (``Quantity.AsInt64``); a fractional quantity counts as absent;
+- ``mem`` = ``nvidia.com/gpumem`` x ``memoryFactor``;
+- ``pct`` = ``nvidia.com/gpumem-percentage``, clamped to 100, and ≤0 means unset (sentinel 101);
+- neither given: ``mem = defaultMemory`` if that is non-zero, else ``pct = 100``;
+- ``cores`` = ``nvidia.com/gpucores``, else ``defaultCores``.
+HAMi's webhook (``pkg/scheduler/webhook.go``, v2.7+) adds ``nvidia.com/gpu: defaultGPUNum`` to a
+container that asks only for memory/cores, and ``gpucores: 100`` when memory is exclusive; those
+are mutations of the pod, applied with ``webhook=True`` when reading a pod *template* that has
+not been through HAMi's admission yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hami_place_core import annotations as ann
+from hami_place_core.quantity import as_int64
+
+RES_GPU = "nvidia.com/gpu"
+RES_MEM = "nvidia.com/gpumem"
+RES_MEM_PCT = "nvidia.com/gpumem-percentage"
+RES_CORES = "nvidia.com/gpucores"
+HAMI_RESOURCES = (RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES, "nvidia.com/priority")
+
+PCT_UNSET = 101  # HAMi's internal "no percentage given" sentinel
+
+
+@dataclass(frozen=True)
+class HamiConfig:
+    """The scheduler's device config; defaults are HAMi v2.10.0's chart (charts/hami/values.yaml)."""
+
+    default_memory: int = 0
+    default_cores: int = 0
+    default_gpu_num: int = 1
+    memory_factor: int = 1
+
+
+DEFAULT_CONFIG = HamiConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """One container's request, per GPU it asks for."""
+
+    nums: int
+    memreq: int = 0  # MiB; 0 means "use the percentage"
+    mem_percentage: int = PCT_UNSET
+    coresreq: int = 0
+
+    def memory_on(self, devmem: int) -> int:
+        """MiB this request takes on a GPU of `devmem` MiB (HAMi ``computeMemreq``: gpumem wins)."""
+        if self.memreq > 0:
+            return self.memreq
+        if self.mem_percentage != PCT_UNSET:
+            return devmem * self.mem_percentage // 100
+        return 0
+
+    def describe(self) -> str:
+        mem = (
+            f"{self.memreq}MiB"
+            if self.memreq
+            else f"{self.mem_percentage}%"
+            if self.mem_percentage != PCT_UNSET
+            else "-"
+        )
+        return f"{self.nums}x(mem {mem}, cores {self.coresreq}%)"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSelectors:
+    """The pod-wide annotations HAMi's Fit consults for every device (``CheckUUID``/``CheckType``)."""
+
+    use_uuids: tuple[str, ...] = ()
+    nouse_uuids: tuple[str, ...] = ()
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> DeviceSelectors:
+        a = annotations or {}
+        return cls(
+            use_uuids=ann.split_list(a.get(ann.USE_GPU_UUID)),
+            nouse_uuids=ann.split_list(a.get(ann.NOUSE_GPU_UUID)),
+            use_types=ann.split_list(a.get(ann.USE_GPU_TYPE)),
+            nouse_types=ann.split_list(a.get(ann.NOUSE_GPU_TYPE)),
+        )
+
+    def uuid_allowed(self, uuid: str) -> bool:
+        # v2.10 CheckUUID: an empty list is no constraint; use- and nouse- both apply.
+        if self.use_uuids and uuid not in self.use_uuids:
+            return False
+        return uuid not in self.nouse_uuids
+
+    def type_allowed(self, gpu_type: str) -> bool:
+        # CheckType: case-insensitive substring match against the registered type.
+        upper = gpu_type.upper()
+        if self.use_types and not any(t.upper() in upper for t in self.use_types):
+            return False
+        return not any(t.upper() in upper for t in self.nouse_types)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """Everything about a pod HAMi's Fit needs: per-container requests and selectors."""
+
+    init: tuple[GpuRequest | None, ...]
+    containers: tuple[GpuRequest | None, ...]
+    selectors: DeviceSelectors = DeviceSelectors()
+
+    @property
+    def gpu_containers(self) -> tuple[GpuRequest, ...]:
+        return tuple(r for r in self.containers if r is not None)
+
+    @property
+    def wants_gpu(self) -> bool:
+        return any(r is not None for r in (*self.init, *self.containers))
+
+    @property
+    def max_gpus(self) -> int:
+        return max((r.nums for r in (*self.init, *self.containers) if r is not None), default=0)
+
+
+def _value(resources: Mapping[str, Any] | None, name: str) -> int | None:
+    if not resources:
+        return None
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    raw = limits.get(name) if name in limits else requests.get(name)
+    if raw is None:
+        return None
+    return as_int64(raw)
+
+
+def container_request(
+    resources: Mapping[str, Any] | None, config: HamiConfig = DEFAULT_CONFIG, webhook: bool = False
+) -> GpuRequest | None:
+    nums = _value(resources, RES_GPU)
+    if webhook and nums is None and any(_value(resources, r) is not None for r in (RES_MEM, RES_MEM_PCT, RES_CORES)):
+        nums = config.default_gpu_num  # MutateAdmission: memory/cores alone imply defaultGPUNum GPUs
+    if nums is None or nums <= 0:
+        return None
+    mem = _value(resources, RES_MEM)
+    memreq = (mem or 0) * config.memory_factor if mem and mem > 0 else 0
+    pct = _value(resources, RES_MEM_PCT)
+    mem_percentage = PCT_UNSET if pct is None or pct <= 0 else min(pct, 100)
+    if mem_percentage == PCT_UNSET and memreq == 0:
+        if config.default_memory:
+            memreq = config.default_memory
+        else:
+            mem_percentage = 100
+    cores = _value(resources, RES_CORES)
+    if webhook and cores is None and (mem_percentage == 100 or (_value(resources, RES_MEM) is None and pct is None)):
+        cores = 100  # v2.7+ (#1354): an exclusive-memory container gets all the cores
+    coresreq = cores if cores is not None else config.default_cores
+    coresreq = min(max(coresreq, 0), 100)  # normalizeCoresreq clamps >100 (fit_checks.go)
+    return GpuRequest(nums=nums, memreq=memreq, mem_percentage=mem_percentage, coresreq=coresreq)
+
+
+def pod_request(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG, webhook: bool = False) -> PodRequest:
+    """The request of a pod (or a pod template: pass webhook=True to apply HAMi's admission)."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    return PodRequest(
+        init=tuple(container_request(c.get("resources"), config, webhook) for c in spec.get("initContainers") or ()),
+        containers=tuple(container_request(c.get("resources"), config, webhook) for c in spec.get("containers") or ()),
+        selectors=DeviceSelectors.from_annotations(meta.get("annotations")),
+    )
+
+
+def has_hami_resources(pod: Mapping[str, Any]) -> bool:
+    """True if any container names a HAMi resource: HAMi's webhook would claim this pod."""
+    spec = pod.get("spec") or {}
+    for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        res = c.get("resources") or {}
+        for section in (res.get("limits") or {}, res.get("requests") or {}):
+            if any(name in section for name in HAMI_RESOURCES):
+                return True
+    return False

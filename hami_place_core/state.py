@@ -1,0 +1,243 @@
+"""The cluster as HAMi's scheduler sees it: GPUs per node and their usage, from Nodes and Pods.
+
+Usage is rebuilt like HAMi v2.10.0's ``getNodesUsage`` (``pkg/scheduler/scheduler.go``): every
+pod that has ``hami.io/vgpu-node`` and is neither Succeeded nor Failed counts, decoded from
+``hami.io/vgpu-devices-allocated`` (the annotation the device plugin never erases). Init
+containers are collapsed per GPU as ``CollapseInitContainerUsage`` does
+(``pkg/device/initContainer.go``): max(init peak, sum of app containers), one slot for init.
+
+Input is plain Kubernetes JSON (dicts), so the CLI, the agent's watch cache and snapshots share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_place_core import annotations as ann
+from hami_place_core.annotations import ContainerDevice, GpuDevice, RegisterDecoding
+from hami_place_core.fit import GpuUsage
+from hami_place_core.requests import DEFAULT_CONFIG, HamiConfig, PodRequest, pod_request
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class PodAllocation:
+    """A pod that holds GPU shares, with its usage per GPU UUID."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str
+    labels: dict[str, str]
+    owner_kind: str | None
+    owner_name: str | None
+    # UUID -> (slots, MiB, cores), collapsed over containers
+    per_gpu: dict[str, tuple[int, int, int]]
+    # app-container position -> UUIDs, for placement checks
+    containers: tuple[tuple[str, ...], ...]
+    request: PodRequest
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class NodeState:
+    name: str
+    register: RegisterDecoding
+    devices: tuple[GpuDevice, ...]  # sorted by index
+    usage: dict[str, GpuUsage]
+    pods: dict[str, list[str]]  # UUID -> pod keys
+    ready: bool = True
+    unschedulable: bool = False
+    cordoned: frozenset[str] = frozenset()
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def error(self) -> str | None:
+        return self.register.error
+
+    @property
+    def parseable(self) -> bool:
+        return self.register.format not in ("absent", "invalid")
+
+    def gpu(self, index: int) -> GpuDevice | None:
+        for d in self.devices:
+            if d.index == index:
+                return d
+        return None
+
+    def by_uuid(self, uuid: str) -> GpuDevice | None:
+        for d in self.devices:
+            if d.uuid == uuid:
+                return d
+        return None
+
+
+@dataclass(slots=True)
+class ClusterState:
+    nodes: dict[str, NodeState]
+    pods: dict[str, PodAllocation]  # key -> allocation
+    # Pods whose allocation annotation could not be read, or that name an unknown node/GPU.
+    problems: list[str] = field(default_factory=list)
+
+    def node_of_gpu(self, uuid: str) -> NodeState | None:
+        for n in self.nodes.values():
+            if n.by_uuid(uuid):
+                return n
+        return None
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def node_state(node: Mapping[str, Any]) -> NodeState:
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    reg = ann.decode_register(annotations.get(ann.NODE_REGISTER))
+    devices = tuple(sorted(reg.devices, key=lambda d: (d.index, d.uuid)))
+    spec = node.get("spec") or {}
+    return NodeState(
+        name=meta.get("name", ""),
+        register=reg,
+        devices=devices,
+        usage={d.uuid: GpuUsage() for d in devices},
+        pods={d.uuid: [] for d in devices},
+        ready=_ready(node),
+        unschedulable=bool(spec.get("unschedulable")),
+        cordoned=frozenset(ann.split_list(annotations.get(ann.NODE_DEVICE_CORDON))),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple(spec.get("taints") or ()),
+    )
+
+
+def _collapse(
+    segments: tuple[tuple[ContainerDevice, ...], ...], n_init: int, n_app: int
+) -> tuple[dict[str, tuple[int, int, int]], tuple[tuple[str, ...], ...], str | None]:
+    """Per-UUID (slots, mem, cores) with init containers collapsed, plus app-container UUIDs."""
+    warning = None
+    if n_init and len(segments) == n_init + n_app:
+        init, app = segments[:n_init], segments[n_init:]
+    else:
+        # ≤v2.8 writes app containers only; anything else is read as app containers, summed.
+        init, app = (), segments
+        if n_app and len(segments) not in (n_app, 0):
+            warning = f"{len(segments)} container segments for {n_init} init + {n_app} app containers"
+    app_use: dict[str, list[int]] = {}
+    for devs in app:
+        for d in devs:
+            s = app_use.setdefault(d.uuid, [0, 0, 0])
+            s[0] += 1
+            s[1] += d.usedmem
+            s[2] += d.usedcores
+    init_peak: dict[str, list[int]] = {}
+    for devs in init:
+        for d in devs:
+            s = init_peak.setdefault(d.uuid, [1, 0, 0])
+            s[1] = max(s[1], d.usedmem)
+            s[2] = max(s[2], d.usedcores)
+    per_gpu: dict[str, tuple[int, int, int]] = {}
+    for uuid in app_use.keys() | init_peak.keys():
+        a = app_use.get(uuid, [0, 0, 0])
+        i = init_peak.get(uuid, [0, 0, 0])
+        per_gpu[uuid] = (max(a[0], i[0]), max(a[1], i[1]), max(a[2], i[2]))
+    return per_gpu, tuple(tuple(d.uuid for d in devs) for devs in app), warning
+
+
+def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) -> PodAllocation | None:
+    """The pod's HAMi allocation, or None if HAMi does not count it (no vgpu-node, or finished)."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    node = annotations.get(ann.POD_VGPU_NODE)
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if not node or phase in TERMINAL_PHASES:
+        return None
+    spec = pod.get("spec") or {}
+    decoded = ann.decode_pod_devices(annotations.get(ann.POD_DEVICES_ALLOCATED))
+    per_gpu, containers, warning = _collapse(
+        decoded.containers, len(spec.get("initContainers") or ()), len(spec.get("containers") or ())
+    )
+    owner_kind = owner_name = None
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller"):
+            owner_kind, owner_name = ref.get("kind"), ref.get("name")
+    return PodAllocation(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        node=node,
+        phase=phase,
+        labels=dict(meta.get("labels") or {}),
+        owner_kind=owner_kind,
+        owner_name=owner_name,
+        per_gpu=per_gpu,
+        containers=containers,
+        request=pod_request(pod, config),
+        error=decoded.error or warning,
+    )
+
+
+def build_state(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], config: HamiConfig = DEFAULT_CONFIG
+) -> ClusterState:
+    """Decode every node and pod and add each pod's usage to its GPUs. Never raises on bad data."""
+    state = ClusterState(nodes={}, pods={})
+    for n in nodes:
+        ns = node_state(n)
+        state.nodes[ns.name] = ns
+    for p in pods:
+        alloc = pod_allocation(p, config)
+        if alloc is None:
+            continue
+        add_pod(state, alloc)
+    return state
+
+
+def add_pod(state: ClusterState, alloc: PodAllocation) -> None:
+    state.pods[alloc.key] = alloc
+    if alloc.error:
+        state.problems.append(f"pod {alloc.key}: {alloc.error}")
+    node = state.nodes.get(alloc.node)
+    if node is None:
+        if alloc.per_gpu:
+            state.problems.append(f"pod {alloc.key}: allocated on unknown node {alloc.node}")
+        return
+    for uuid, (slots, mem, cores) in alloc.per_gpu.items():
+        usage = node.usage.get(uuid)
+        if usage is None:
+            state.problems.append(f"pod {alloc.key}: GPU {uuid} is not registered on node {node.name}")
+            continue
+        usage.used += slots
+        usage.usedmem += mem
+        usage.usedcores += cores
+        node.pods[uuid].append(alloc.key)
+
+
+def remove_pod(state: ClusterState, key: str) -> PodAllocation | None:
+    alloc = state.pods.pop(key, None)
+    if alloc is None:
+        return None
+    node = state.nodes.get(alloc.node)
+    if node is not None:
+        for uuid, (slots, mem, cores) in alloc.per_gpu.items():
+            usage = node.usage.get(uuid)
+            if usage is None:
+                continue
+            usage.used -= slots
+            usage.usedmem -= mem
+            usage.usedcores -= cores
+            if key in node.pods[uuid]:
+                node.pods[uuid].remove(key)
+    return alloc
