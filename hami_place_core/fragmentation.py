@@ -102,7 +102,7 @@ class NodeMetrics:
     gpus: int = 0
     healthy: int = 0
     whole_free: int = 0  # GPUs that can take a whole-GPU request now
-    shared: int = 0  # healthy GPUs with at least one pod on them
+    in_use: int = 0  # healthy GPUs with at least one pod on them
     free: float = 0.0
     stranded: float = 0.0
     fgd: float = 0.0
@@ -144,7 +144,7 @@ def node_metrics(node: NodeState, mix: WorkloadMix) -> NodeMetrics:
         share = free_share(g, u)
         m.free += share
         if u.used > 0:
-            m.shared += 1
+            m.in_use += 1
         if schedulable and gpu_fit_reason(WHOLE_GPU, g, u, NO_SELECTORS, node.cordoned) is None:
             m.whole_free += 1
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +127,8 @@ def summary(state: ClusterState, metrics: ClusterMetrics) -> dict[str, Any]:
 
 
 def make_snapshot(
-    nodes: list[Mapping[str, Any]],
-    pods: list[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
     state: ClusterState,
     metrics: ClusterMetrics,
     source: str,

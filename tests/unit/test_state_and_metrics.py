@@ -147,7 +147,7 @@ def test_resolve_errors_are_specific() -> None:
         resolve(parse_targets(["gpu-7"]), node)
     legacy = ready(NodeSpec("old").manifest())
     legacy["metadata"]["annotations"][ann.NODE_REGISTER] = ann.encode_register_legacy(NodeSpec("old").devices(), 7)
-    with pytest.raises(TargetError, match="≤v2.4 format, which has no GPU index"):
+    with pytest.raises(TargetError, match=r"≤v2.4 format, which has no GPU index"):
         resolve(parse_targets(["gpu-0"]), build_state([legacy], []).nodes["old"])
 
 
@@ -158,7 +158,7 @@ def test_free_and_stranded_capacity() -> None:
     m = cluster_metrics(state, mix)
     n1 = m.nodes["n1"]
     # GPU0: 2 pods with 25%+25% (memory and cores) -> 0.5 free, stranded; GPU1: full; GPU2, GPU3: whole
-    assert (n1.whole_free, n1.shared) == (2, 2)
+    assert (n1.whole_free, n1.in_use) == (2, 2)
     assert n1.free == pytest.approx(2.5) and n1.stranded == pytest.approx(0.5)
     # whole-GPU tasks fit n1 (2 free GPUs): only the half-used GPU0 is fragment
     assert n1.fgd == pytest.approx(0.5)

@@ -1,0 +1,113 @@
+"""`kubectl hami-place inspect`: every GPU, its usage, and how fragmented the cluster is."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from hami_place_core.fragmentation import ClusterMetrics, cluster_metrics, mix_from_state
+from hami_place_core.snapshot import load_snapshot, make_snapshot
+from hami_place_core.state import ClusterState, build_state
+from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.kube import Kube
+from kubectl_hami_place.options import kube_options, output_option, selector_option
+from kubectl_hami_place.render import heatmap, render_tables, use_color
+
+
+def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes = list(kube.list_all("/api/v1/nodes", labelSelector=node_selector))
+    # HAMi ignores finished pods; filtering on the server keeps the transfer small on big clusters.
+    pods = list(kube.list_all("/api/v1/pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))
+    return nodes, pods
+
+
+def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
+    if not names:
+        return sorted(n for n, node in state.nodes.items() if node.devices or node.register.format == "invalid")
+    missing = [n for n in names if n not in state.nodes]
+    if missing:
+        raise UserError(f"node {', '.join(missing)} not found")
+    return list(names)
+
+
+@click.command()
+@click.argument("nodes", nargs=-1, metavar="[NODE]...")
+@selector_option("Only nodes with these labels (e.g. -l nvidia.com/gpu.product=A100).")
+@output_option
+@click.option("--heatmap", "show_heatmap", is_flag=True, help="Draw one cell per GPU for the whole cluster.")
+@click.option(
+    "--snapshot",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Read a snapshot written by `inspect -o json` instead of the live cluster.",
+)
+@kube_options
+def inspect(
+    nodes: tuple[str, ...],
+    selector: str | None,
+    output: str,
+    show_heatmap: bool,
+    snapshot: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    request_timeout: float | None,
+) -> None:
+    """Show each GPU's memory, cores and share slots, the pods on it, and fragmentation.
+
+    Reads the API server directly (no agent needed), or a snapshot file. FREE is the share of a
+    GPU still usable; "stranded" is free capacity no whole-GPU request can use; FGD is the
+    expected capacity the current workload mix cannot use (lower is better).
+
+    \b
+    Examples:
+      kubectl hami-place inspect
+      kubectl hami-place inspect gpu-node-1 gpu-node-2 -o wide
+      kubectl hami-place inspect -l gpu=on --heatmap
+      kubectl hami-place inspect -o json > snap.json && kubectl hami-place inspect --snapshot snap.json
+    """
+    if snapshot:
+        raw_nodes, raw_pods, meta = load_snapshot(snapshot)
+        source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
+        if selector:
+            raise UserError("-l/--selector cannot be combined with --snapshot; name the nodes instead")
+    else:
+        kube = Kube(kubeconfig, context, namespace, all_namespaces, request_timeout)
+        raw_nodes, raw_pods = load_cluster(kube, selector)
+        source = kube.server
+    state = build_state(raw_nodes, raw_pods)
+    metrics = cluster_metrics(state, mix_from_state(state))
+    names = _select_nodes(state, nodes)
+    if nodes:
+        keep = set(names)
+        raw_nodes = [n for n in raw_nodes if n.get("metadata", {}).get("name") in keep]
+        state, metrics = _restrict(state, metrics, keep)
+    if output in ("json", "yaml"):
+        doc = make_snapshot(raw_nodes, raw_pods, state, metrics, source)
+        if output == "json":
+            click.echo(json.dumps(doc, indent=2, sort_keys=False))
+        else:
+            import yaml
+
+            click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        return
+    if show_heatmap:
+        click.echo(heatmap(state, metrics, names, color=use_color(sys.stdout.isatty())))
+        return
+    if not names:
+        click.echo("no nodes with a HAMi GPU inventory (hami.io/node-nvidia-register) found", err=True)
+    click.echo(render_tables(state, metrics, names, wide=output == "wide"))
+
+
+def _restrict(state: ClusterState, metrics: ClusterMetrics, keep: set[str]) -> tuple[ClusterState, ClusterMetrics]:
+    """The named nodes only; the workload mix stays the cluster's, so FGD values are comparable."""
+    sub = ClusterState(
+        nodes={n: s for n, s in state.nodes.items() if n in keep},
+        pods={k: p for k, p in state.pods.items() if p.node in keep},
+        problems=[p for p in state.problems if any(f"node {n}" in p for n in keep)],
+    )
+    return sub, cluster_metrics(sub, metrics.mix)

@@ -1,0 +1,96 @@
+"""The CLI's Kubernetes access: kubeconfig handling and raw-JSON requests.
+
+Objects stay plain JSON dicts (what the domain model reads): the official client's model
+(de)serialisation costs more than the request for large lists and is never needed here. The
+client is imported lazily, so ``--help`` and completion never pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_place_core import kube_errors
+from kubectl_hami_place.errors import UserError
+
+PAGE_SIZE = 500
+
+
+@dataclass
+class Kube:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    request_timeout: float | None = None
+    _api: Any = field(default=None, init=False, repr=False)
+    _default_ns: str = field(default="default", init=False, repr=False)
+
+    def api(self) -> Any:
+        if self._api is not None:
+            return self._api
+        from kubernetes import config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            self._api = config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
+            _, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
+            if self.context:
+                contexts, _ = config.list_kube_config_contexts(config_file=self.kubeconfig)
+                active = next((c for c in contexts if c["name"] == self.context), active)
+            self._default_ns = (active or {}).get("context", {}).get("namespace") or "default"
+        except (ConfigException, OSError) as e:
+            try:  # inside a pod, as kubectl does
+                config.load_incluster_config()
+                from kubernetes import client
+
+                self._api = client.ApiClient()
+            except ConfigException:
+                where = self.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+                raise UserError(f"cannot load kubeconfig from {where}: {e}") from e
+        return self._api
+
+    @property
+    def server(self) -> str:
+        return str(self.api().configuration.host)
+
+    def effective_namespace(self) -> str:
+        self.api()
+        return self.namespace or self._default_ns
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        api = self.api()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        try:
+            _, url, headers, serialized, _ = api.param_serialize(
+                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            resp = api.call_api(method, url, headers, serialized, _request_timeout=self.request_timeout)
+            resp.read()
+        except Exception as e:  # urllib3/TLS/socket errors all mean "unreachable"
+            raise kube_errors.wrap(e, self.server) from e
+        if not 200 <= resp.status < 300:
+            raise kube_errors.from_status(resp.status, resp.data)
+        return json.loads(resp.data) if resp.data else None
+
+    def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]:
+        """Every item of a list, page by page (limit/continue), so huge clusters stay bounded."""
+        token = None
+        while True:
+            page = self.request("GET", path, {**query, "limit": PAGE_SIZE, "continue": token})
+            yield from page.get("items") or ()
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
