@@ -170,7 +170,8 @@ def heatmap(
     lines = []
     i = 0
     while i < len(blocks):
-        line_blocks, used = [], label_w + 2
+        line_blocks: list[str] = []
+        used = label_w + 2
         start = blocks[i][0]
         while i < len(blocks) and (not line_blocks or used + blocks[i][2] + 1 <= width):
             line_blocks.append(blocks[i][1])

@@ -152,7 +152,5 @@ def test_forbidden_user_gets_exit_1(scenario, tmp_kubeconfig, capsys) -> None:
     code = main(["inspect", "--kubeconfig", str(nobody)])
     err = capsys.readouterr().err
     assert code == 1
-    assert (
-        err
-        == 'error: nodes is forbidden: User "nobody" cannot list resource "nodes" in API group "" at the cluster scope\n'
-    )
+    forbidden = 'nodes is forbidden: User "nobody" cannot list resource "nodes" in API group "" at the cluster scope'
+    assert err == f"error: {forbidden}\n"
