@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import NO_SELECTORS, GpuUsage, gpu_fit_reason
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest
-from hami_place_core.state import ClusterState, NodeState
+from hami_place_core.state import ClusterState, NodeState, gc_paused
 
 WHOLE_GPU = GpuRequest(nums=1, mem_percentage=100, coresreq=100)
 
@@ -127,9 +128,32 @@ class NodeMetrics:
         return out
 
 
-def node_metrics(node: NodeState, mix: WorkloadMix) -> NodeMetrics:
+class FitTable:
+    """Fit outcomes cached across nodes. On a real cluster most GPUs share a model and a handful of
+    usage levels, so each GPU state gets a small integer id and each task a table indexed by it."""
+
+    def __init__(self, mix: WorkloadMix) -> None:
+        self.tasks = [WHOLE, *(t for t, _ in mix.tasks)]
+        self.ids: dict[tuple[Any, ...], int] = {}
+        self.table: list[list[bool]] = [[] for _ in self.tasks]
+
+    def state_id(self, g: GpuDevice, u: GpuUsage, cordoned: frozenset[str]) -> int:
+        sig = (g.type, g.devmem, g.devcore, g.count, g.health, g.uuid in cordoned, u.used, u.usedmem, u.usedcores)
+        sid = self.ids.get(sig)
+        if sid is None:
+            sid = self.ids[sig] = len(self.ids)
+            for t, row in zip(self.tasks, self.table, strict=True):
+                row.append(gpu_fit_reason(t.request, g, u, t.selectors, cordoned) is None)
+        return sid
+
+
+def node_metrics(node: NodeState, mix: WorkloadMix, fits: FitTable | None = None) -> NodeMetrics:
+    fits = fits or FitTable(mix)
     m = NodeMetrics(gpus=len(node.devices))
     schedulable = _schedulable(node)
+    shares: list[float] = []
+    ids: list[int] = []
+    whole = fits.table[0]
     for g in node.devices:
         u = node.usage[g.uuid]
         m.mem_total += g.devmem
@@ -138,19 +162,38 @@ def node_metrics(node: NodeState, mix: WorkloadMix) -> NodeMetrics:
         m.cores_used += u.usedcores
         m.slots_total += g.count
         m.slots_used += u.used
+        share = free_share(g, u)
+        shares.append(share)
+        sid = fits.state_id(g, u, node.cordoned)
+        ids.append(sid)
         if not g.health:
             continue
         m.healthy += 1
-        share = free_share(g, u)
         m.free += share
         if u.used > 0:
             m.in_use += 1
-        if schedulable and gpu_fit_reason(WHOLE_GPU, g, u, NO_SELECTORS, node.cordoned) is None:
+        if schedulable and whole[sid]:
             m.whole_free += 1
         else:
             m.stranded += share
-    m.fgd = sum(p * task_fragment(node, t) for t, p in mix.tasks)
+    total = sum(shares)
+    fgd = 0.0
+    for (task, p), row in zip(mix.tasks, fits.table[1:], strict=True):
+        if not schedulable:
+            fgd += p * total
+            continue
+        usable, unusable = 0, 0.0
+        for sid, share in zip(ids, shares, strict=True):
+            if row[sid]:
+                usable += 1
+            else:
+                unusable += share
+        fgd += p * (total if usable < task.request.nums else unusable)
+    m.fgd = fgd
     return m
+
+
+WHOLE = TaskType(WHOLE_GPU)
 
 
 @dataclass
@@ -184,13 +227,15 @@ def cluster_metrics(state: ClusterState, mix: WorkloadMix) -> ClusterMetrics:
     total = NodeMetrics()
     per: dict[str, NodeMetrics] = {}
     bad = []
-    for name, node in state.nodes.items():
-        if not node.parseable:
-            if node.register.format == "invalid":
-                bad.append(name)
-            if not node.devices:
-                continue
-        nm = node_metrics(node, mix)
-        per[name] = nm
-        total.add(nm)
+    fits = FitTable(mix)
+    with gc_paused():
+        for name, node in state.nodes.items():
+            if not node.parseable:
+                if node.register.format == "invalid":
+                    bad.append(name)
+                if not node.devices:
+                    continue
+            nm = node_metrics(node, mix, fits)
+            per[name] = nm
+            total.add(nm)
     return ClusterMetrics(nodes=per, total=total, mix=mix, unparseable_nodes=bad)

@@ -84,6 +84,8 @@ class DeviceSelectors:
     @classmethod
     def from_annotations(cls, annotations: Mapping[str, str] | None) -> DeviceSelectors:
         a = annotations or {}
+        if not any(k in a for k in _SELECTOR_KEYS):
+            return _NO_SELECTORS
         return cls(
             use_uuids=ann.split_list(a.get(ann.USE_GPU_UUID)),
             nouse_uuids=ann.split_list(a.get(ann.NOUSE_GPU_UUID)),
@@ -103,6 +105,10 @@ class DeviceSelectors:
         if self.use_types and not any(t.upper() in upper for t in self.use_types):
             return False
         return not any(t.upper() in upper for t in self.nouse_types)
+
+
+_SELECTOR_KEYS = (ann.USE_GPU_UUID, ann.NOUSE_GPU_UUID, ann.USE_GPU_TYPE, ann.NOUSE_GPU_TYPE)
+_NO_SELECTORS = DeviceSelectors()
 
 
 @dataclass(frozen=True, slots=True)

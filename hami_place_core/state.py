@@ -11,7 +11,9 @@ Input is plain Kubernetes JSON (dicts), so the CLI, the agent's watch cache and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +129,12 @@ def _collapse(
 ) -> tuple[dict[str, tuple[int, int, int]], tuple[tuple[str, ...], ...], str | None]:
     """Per-UUID (slots, mem, cores) with init containers collapsed, plus app-container UUIDs."""
     warning = None
+    if not n_init and len(segments) == 1:  # the common case: one container, no init containers
+        per: dict[str, tuple[int, int, int]] = {}
+        for d in segments[0]:
+            old = per.get(d.uuid)
+            per[d.uuid] = (1, d.usedmem, d.usedcores) if old is None else (old[0] + 1, old[1] + d.usedmem, old[2] + d.usedcores)
+        return per, (tuple(per),), None
     if n_init and len(segments) == n_init + n_app:
         init, app = segments[:n_init], segments[n_init:]
     else:
@@ -179,7 +187,7 @@ def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) 
         uid=meta.get("uid", ""),
         node=node,
         phase=phase,
-        labels=dict(meta.get("labels") or {}),
+        labels=meta.get("labels") or {},  # shared with the input, never mutated
         owner_kind=owner_kind,
         owner_name=owner_name,
         per_gpu=per_gpu,
@@ -194,15 +202,29 @@ def build_state(
 ) -> ClusterState:
     """Decode every node and pod and add each pod's usage to its GPUs. Never raises on bad data."""
     state = ClusterState(nodes={}, pods={})
-    for n in nodes:
-        ns = node_state(n)
-        state.nodes[ns.name] = ns
-    for p in pods:
-        alloc = pod_allocation(p, config)
-        if alloc is None:
-            continue
-        add_pod(state, alloc)
+    with gc_paused():
+        for n in nodes:
+            ns = node_state(n)
+            state.nodes[ns.name] = ns
+        for p in pods:
+            alloc = pod_allocation(p, config)
+            if alloc is None:
+                continue
+            add_pod(state, alloc)
     return state
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Bulk decoding creates ~10 objects per pod and no reference cycles; with a large cache alive,
+    the cyclic collector would rescan it over and over (measured: 40% of build time at 100k pods)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def add_pod(state: ClusterState, alloc: PodAllocation) -> None:

@@ -304,8 +304,8 @@ class TestBed:
             core.create_node(spec.manifest())  # type: ignore[arg-type]  # the client validates dicts itself
 
     def add_nodes(self, nodes: list[NodeSpec], timeout: float = 30) -> None:
+        """Extra nodes for one test; `self.nodes` keeps only the session's base nodes."""
         self._create_nodes(nodes)
-        self.nodes.extend(nodes)
         self._wait_nodes_ready([n.name for n in nodes], timeout)
 
     def _wait_nodes_ready(self, names: list[str], timeout: float) -> None:

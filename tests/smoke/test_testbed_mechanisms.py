@@ -8,6 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from hami_place_core.annotations import decode_register
 from testbed.webhook_server import WebhookServer, json_patch
 from tests.helpers import deployment, node_affinity, running_pods, wait_for
 
@@ -24,10 +25,13 @@ def test_fake_gpu_nodes_carry_hami_register_annotation(api, testbed) -> None:
     nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
     spec = testbed.nodes[0]
     node = nodes[spec.name]
-    entries = json.loads(node.metadata.annotations["hami.io/node-nvidia-register"])
-    assert [e["index"] for e in entries] == list(range(spec.gpus))
-    assert all(e["count"] == 10 and e["devcore"] == 100 and e["mode"] == "hami-core" and e["health"] for e in entries)
-    assert entries[0]["id"] == spec.gpu_uuid(0)
+    raw = node.metadata.annotations["hami.io/node-nvidia-register"]
+    assert raw.startswith('[{"id":"GPU-')  # HAMi v2.8+ JSON, Go omitempty style (index 0 omitted)
+    decoded = decode_register(raw)
+    assert decoded.format == "json" and decoded.error is None
+    assert [g.index for g in decoded.devices] == list(range(spec.gpus))
+    assert all(g.count == 10 and g.devcore == 100 and g.mode == "hami-core" and g.health for g in decoded.devices)
+    assert decoded.devices[0].uuid == spec.gpu_uuid(0)
     assert node.status.allocatable["nvidia.com/gpu"] == str(spec.gpus * 10)
 
 
