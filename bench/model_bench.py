@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hami_place_core.annotations import ContainerDevice, GpuDevice, encode_pod_devices, encode_register_json  # noqa: E402
-from hami_place_core.fragmentation import cluster_metrics, mix_from_state  # noqa: E402
-from hami_place_core.state import build_state  # noqa: E402
+from hami_place_core.annotations import ContainerDevice, GpuDevice, encode_pod_devices, encode_register_json
+from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+from hami_place_core.state import build_state
 
 
 def generate(nodes: int, gpus: int, pods: int, seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
