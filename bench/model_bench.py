@@ -24,6 +24,7 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -154,7 +155,8 @@ def main() -> None:
         child(args.child, args.mode)
         return
     nodes, pods = generate(args.nodes, args.gpus, args.pods)
-    path = Path("/tmp/hami-place-model-bench.json")
+    workdir = tempfile.mkdtemp(prefix="hami-place-bench-")
+    path = Path(workdir) / "cluster.json"
     path.write_text(json.dumps({"nodes": nodes, "pods": pods}))
 
     def run(mode: str) -> dict[str, Any]:

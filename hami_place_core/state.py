@@ -133,7 +133,9 @@ def _collapse(
         per: dict[str, tuple[int, int, int]] = {}
         for d in segments[0]:
             old = per.get(d.uuid)
-            per[d.uuid] = (1, d.usedmem, d.usedcores) if old is None else (old[0] + 1, old[1] + d.usedmem, old[2] + d.usedcores)
+            per[d.uuid] = (
+                (1, d.usedmem, d.usedcores) if old is None else (old[0] + 1, old[1] + d.usedmem, old[2] + d.usedcores)
+            )
         return per, (tuple(per),), None
     if n_init and len(segments) == n_init + n_app:
         init, app = segments[:n_init], segments[n_init:]
