@@ -17,6 +17,10 @@ $(BIN)/python:
 install: $(BIN)/python ## Create .venv and install the package with the agent and dev extras (pinned)
 	$(BIN)/pip install -q -c constraints.txt -e '.[agent,dev]'
 
+run: install ## Inspect the shipped example cluster (a replayed real GPU trace): no cluster needed
+	$(BIN)/kubectl-hami_place inspect --snapshot example --heatmap
+	$(BIN)/kubectl-hami_place inspect --snapshot example | tail -n 14
+
 testbed-build: install ## Build (once) or locate the test-bed binaries: etcd, kube-*, kwok, helm
 	$(BIN)/python -m testbed build
 
@@ -39,7 +43,10 @@ unit: install ## Pure-logic tests only (no control plane)
 test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tests on the real test bed
 	$(BIN)/pytest -q
 
+bench-model: install ## Benchmark decode + aggregate at 5,000 nodes x 8 GPUs and 100,000 pods
+	$(BIN)/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
+
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install testbed-build testbed testbed-down lint typecheck unit test clean
+.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test bench-model clean

@@ -22,6 +22,7 @@ import json
 import platform
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,12 +166,16 @@ def main() -> None:
         )
         return dict(json.loads(out.stdout))
 
-    runs = [run("time") for _ in range(args.repeat)]
-    best = {k: min(r[k] for r in runs) for k in runs[0] if k.endswith(("_s", "_mib"))}
-    best["model_peak_mib"] = run("mem")["model_peak_mib"]
+    try:
+        runs = [run("time") for _ in range(args.repeat)]
+        best = {k: min(r[k] for r in runs) for k in runs[0] if k.endswith(("_s", "_mib"))}
+        best["model_peak_mib"] = run("mem")["model_peak_mib"]
+    finally:
+        input_mib = path.stat().st_size / 2**20
+        shutil.rmtree(workdir, ignore_errors=True)
     print(
         f"machine: {platform.processor() or platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}, input {path.stat().st_size / 2**20:.0f} MiB JSON"
+        f"{platform.python_version()}, input {input_mib:.0f} MiB JSON"
     )
     print(f"cluster: {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; best of {args.repeat} runs")
     print(f"{'json.loads (client side, not the model)':44s} {best['json_s']:.2f} s")
