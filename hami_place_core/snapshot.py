@@ -122,7 +122,7 @@ def summary(state: ClusterState, metrics: ClusterMetrics) -> dict[str, Any]:
         "cluster": {**metrics.total.as_dict(), "fragmentationRate": round(metrics.fragmentation_rate, 4)},
         "workloadMix": [{"task": t.describe(), "probability": round(p, 4)} for t, p in metrics.mix.tasks],
         "nodes": nodes,
-        "problems": sorted(state.problems),
+        "problems": state.problem_lines(),
     }
 
 

@@ -61,6 +61,7 @@ class NodeState:
     cordoned: frozenset[str] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, Any], ...] = ()
+    register_raw: str | None = None
 
     @property
     def error(self) -> str | None:
@@ -87,8 +88,12 @@ class NodeState:
 class ClusterState:
     nodes: dict[str, NodeState]
     pods: dict[str, PodAllocation]  # key -> allocation
-    # Pods whose allocation annotation could not be read, or that name an unknown node/GPU.
-    problems: list[str] = field(default_factory=list)
+    # pod key -> why its allocation is unreadable or names an unknown node/GPU
+    problems: dict[str, str] = field(default_factory=dict)
+    by_node: dict[str, set[str]] = field(default_factory=dict)  # node name -> pod keys allocated there
+
+    def problem_lines(self) -> list[str]:
+        return sorted(f"pod {k}: {m}" for k, m in self.problems.items())
 
     def node_of_gpu(self, uuid: str) -> NodeState | None:
         for n in self.nodes.values():
@@ -121,6 +126,7 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
         cordoned=frozenset(ann.split_list(annotations.get(ann.NODE_DEVICE_CORDON))),
         labels=dict(meta.get("labels") or {}),
         taints=tuple(spec.get("taints") or ()),
+        register_raw=annotations.get(ann.NODE_REGISTER),
     )
 
 
@@ -206,13 +212,9 @@ def build_state(
     state = ClusterState(nodes={}, pods={})
     with gc_paused():
         for n in nodes:
-            ns = node_state(n)
-            state.nodes[ns.name] = ns
+            upsert_node(state, n)
         for p in pods:
-            alloc = pod_allocation(p, config)
-            if alloc is None:
-                continue
-            add_pod(state, alloc)
+            upsert_pod(state, p, config)
     return state
 
 
@@ -229,39 +231,87 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# ---- incremental maintenance: the same code path serves a bulk build and a watch cache -------------
+def upsert_pod(state: ClusterState, pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) -> None:
+    meta = pod.get("metadata") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    alloc = pod_allocation(pod, config)
+    if alloc is None:
+        remove_pod(state, key)
+    else:
+        add_pod(state, alloc)
+
+
 def add_pod(state: ClusterState, alloc: PodAllocation) -> None:
+    if alloc.key in state.pods:
+        remove_pod(state, alloc.key)
     state.pods[alloc.key] = alloc
-    if alloc.error:
-        state.problems.append(f"pod {alloc.key}: {alloc.error}")
-    node = state.nodes.get(alloc.node)
-    if node is None:
-        if alloc.per_gpu:
-            state.problems.append(f"pod {alloc.key}: allocated on unknown node {alloc.node}")
-        return
-    for uuid, (slots, mem, cores) in alloc.per_gpu.items():
-        usage = node.usage.get(uuid)
-        if usage is None:
-            state.problems.append(f"pod {alloc.key}: GPU {uuid} is not registered on node {node.name}")
-            continue
-        usage.used += slots
-        usage.usedmem += mem
-        usage.usedcores += cores
-        node.pods[uuid].append(alloc.key)
+    state.by_node.setdefault(alloc.node, set()).add(alloc.key)
+    _count(state, alloc, +1)
 
 
 def remove_pod(state: ClusterState, key: str) -> PodAllocation | None:
     alloc = state.pods.pop(key, None)
     if alloc is None:
         return None
+    keys = state.by_node.get(alloc.node)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del state.by_node[alloc.node]
+    _count(state, alloc, -1)
+    return alloc
+
+
+def _count(state: ClusterState, alloc: PodAllocation, sign: int) -> None:
+    """Add (sign=+1) or take back (-1) the pod's usage on its node's GPUs."""
+    problems = [alloc.error] if alloc.error else []
     node = state.nodes.get(alloc.node)
-    if node is not None:
+    if node is None:
+        if alloc.per_gpu:
+            problems.append(f"allocated on unknown node {alloc.node}")
+    else:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
             usage = node.usage.get(uuid)
             if usage is None:
+                problems.append(f"GPU {uuid} is not registered on node {node.name}")
                 continue
-            usage.used -= slots
-            usage.usedmem -= mem
-            usage.usedcores -= cores
-            if key in node.pods[uuid]:
-                node.pods[uuid].remove(key)
-    return alloc
+            usage.used += sign * slots
+            usage.usedmem += sign * mem
+            usage.usedcores += sign * cores
+            if sign > 0:
+                node.pods[uuid].append(alloc.key)
+            elif alloc.key in node.pods[uuid]:
+                node.pods[uuid].remove(alloc.key)
+    if sign > 0 and problems:
+        state.problems[alloc.key] = "; ".join(problems)
+    else:
+        state.problems.pop(alloc.key, None)
+
+
+def upsert_node(state: ClusterState, node: Mapping[str, Any]) -> NodeState:
+    fresh = node_state(node)
+    old = state.nodes.get(fresh.name)
+    if old is not None and old.register_raw == fresh.register_raw:
+        # Same GPU inventory (most node updates are heartbeats): keep the usage, refresh the rest.
+        old.ready, old.unschedulable, old.cordoned = fresh.ready, fresh.unschedulable, fresh.cordoned
+        old.labels, old.taints = fresh.labels, fresh.taints
+        return old
+    _recount_node(state, fresh.name, fresh)
+    return fresh
+
+
+def delete_node(state: ClusterState, name: str) -> None:
+    _recount_node(state, name, None)
+
+
+def _recount_node(state: ClusterState, name: str, replacement: NodeState | None) -> None:
+    keys = list(state.by_node.get(name, ()))
+    for k in keys:
+        _count(state, state.pods[k], -1)
+    if replacement is None:
+        state.nodes.pop(name, None)
+    else:
+        state.nodes[name] = replacement
+    for k in keys:
+        _count(state, state.pods[k], +1)

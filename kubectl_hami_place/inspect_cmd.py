@@ -108,6 +108,7 @@ def _restrict(state: ClusterState, metrics: ClusterMetrics, keep: set[str]) -> t
     sub = ClusterState(
         nodes={n: s for n, s in state.nodes.items() if n in keep},
         pods={k: p for k, p in state.pods.items() if p.node in keep},
-        problems=[p for p in state.problems if any(f"node {n}" in p for n in keep)],
+        problems={k: m for k, m in state.problems.items() if k in state.pods and state.pods[k].node in keep},
+        by_node={n: keys for n, keys in state.by_node.items() if n in keep},
     )
     return sub, cluster_metrics(sub, metrics.mix)

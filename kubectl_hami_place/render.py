@@ -109,7 +109,7 @@ def cluster_table(state: ClusterState, metrics: ClusterMetrics) -> str:
 
 def problems_text(state: ClusterState, limit: int = 10) -> str:
     lines = [f"node {n.name}: {n.error}" for n in state.nodes.values() if n.error]
-    lines += state.problems
+    lines += state.problem_lines()
     if not lines:
         return ""
     shown = [f"  {line}" for line in sorted(lines)[:limit]]

@@ -35,6 +35,9 @@ class Process:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.start_with_env(None)
+
+    def start_with_env(self, env: dict[str, str] | None, cwd: Path | None = None) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the child's lifetime
         log.write(("$ " + " ".join(self.argv) + "\n").encode())
         log.flush()
@@ -46,6 +49,8 @@ class Process:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=env,
+            cwd=cwd,
         )
         log.close()
 

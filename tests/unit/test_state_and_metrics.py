@@ -20,7 +20,7 @@ from hami_place_core.fragmentation import (
 )
 from hami_place_core.requests import GpuRequest
 from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot, state_from_snapshot
-from hami_place_core.state import build_state, remove_pod
+from hami_place_core.state import build_state, delete_node, remove_pod, upsert_node, upsert_pod
 from hami_place_core.targets import TargetError, parse_targets, resolve
 from testbed.gpu_nodes import V100_32G, NodeSpec
 from testbed.hami_pods import allocation_annotations, hami_pod
@@ -59,7 +59,7 @@ def test_usage_is_rebuilt_like_get_nodes_usage() -> None:
     assert n1.usage[u(N1, 1)].used == 1 and n1.usage[u(N1, 2)].used == 0
     assert sorted(n1.pods[u(N1, 0)]) == ["ns/a", "ns/b"]
     assert set(state.pods) == {"ns/a", "ns/b", "ns/c", "ns/d"}
-    assert state.problems == []
+    assert state.problems == {}
     removed = remove_pod(state, "ns/a")
     assert removed is not None and n1.usage[u(N1, 0)].used == 1 and n1.pods[u(N1, 0)] == ["ns/b"]
 
@@ -86,7 +86,7 @@ def test_bad_pod_annotations_are_problems_not_crashes() -> None:
     ghost = hami_pod("ghost", "ns", "n1", [("GPU-not-there", 1, 0)])
     elsewhere = hami_pod("elsewhere", "ns", "n9", [("GPU-y", 1, 0)])
     state = build_state(nodes, [bad, ghost, elsewhere])
-    assert sorted(state.problems) == [
+    assert state.problem_lines() == [
         "pod ns/bad: container 0: device entry 'GPU-x,NVIDIA,zz,0' has non-integer memory or cores",
         "pod ns/elsewhere: allocated on unknown node n9",
         "pod ns/ghost: GPU GPU-not-there is not registered on node n1",
@@ -237,3 +237,53 @@ def test_bad_snapshots(tmp_path, content, message) -> None:
         load_snapshot(path)
     with pytest.raises(SnapshotError, match="cannot read snapshot"):
         load_snapshot(tmp_path / "missing.json")
+
+
+# ---- incremental maintenance (the agent's watch cache path) ------------------------------------------
+def _usage_view(state):
+    return {
+        name: {g.uuid: (n.usage[g.uuid].used, n.usage[g.uuid].usedmem, n.usage[g.uuid].usedcores,
+                        sorted(n.pods[g.uuid])) for g in n.devices}
+        for name, n in state.nodes.items()
+    }
+
+
+def test_node_arriving_after_its_pods_counts_them() -> None:
+    state = build_state([], [hami_pod("a", "ns", "n1", [(u(N1, 0), 100, 10)])])
+    assert state.problems == {"ns/a": "allocated on unknown node n1"}
+    upsert_node(state, ready(N1.manifest()))
+    assert state.problems == {} and state.nodes["n1"].usage[u(N1, 0)].usedmem == 100
+    delete_node(state, "n1")
+    assert "n1" not in state.nodes and state.problems == {"ns/a": "allocated on unknown node n1"}
+
+
+@settings(max_examples=80)
+@given(st.lists(st.tuples(st.sampled_from(["pod", "delpod", "node", "delnode"]), st.integers(0, 5),
+                          st.integers(0, 3), st.integers(1, 50)), max_size=30))
+def test_incremental_updates_equal_a_fresh_build(ops) -> None:
+    specs = {0: N1, 1: N2}
+    state = build_state([], [])
+    live_nodes: dict[str, dict] = {}
+    live_pods: dict[str, dict] = {}
+    for op, i, gpu, pct in ops:
+        spec = specs[i % 2]
+        if op == "pod":
+            pod = hami_pod(f"p{i}", "ns", spec.name, [(spec.gpu_uuid(gpu % spec.gpus), 100 * pct, pct)])
+            live_pods[f"ns/p{i}"] = pod
+            upsert_pod(state, pod)
+        elif op == "delpod":
+            live_pods.pop(f"ns/p{i}", None)
+            remove_pod(state, f"ns/p{i}")
+        elif op == "node":
+            node = ready(spec.manifest())
+            if pct % 3 == 0:  # a heartbeat-like change that keeps the inventory
+                node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+            live_nodes[spec.name] = node
+            upsert_node(state, node)
+        else:
+            live_nodes.pop(spec.name, None)
+            delete_node(state, spec.name)
+    fresh = build_state(list(live_nodes.values()), list(live_pods.values()))
+    assert _usage_view(state) == _usage_view(fresh)
+    assert state.problems == fresh.problems
+    assert {n: s.ready for n, s in state.nodes.items()} == {n: s.ready for n, s in fresh.nodes.items()}

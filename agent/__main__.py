@@ -1,0 +1,29 @@
+"""`python -m agent`: run the agent, configured from HAMI_PLACE_* environment variables."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from agent.app import create_app
+from agent.config import ConfigError, Settings
+
+
+def main() -> int:
+    try:
+        settings = Settings.from_env()
+    except ConfigError as e:
+        print(f"hami-place agent: bad configuration: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level,
+        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}',
+    )
+    app = create_app(settings)
+    ssl = {"cert": settings.tls_cert_file, "key": settings.tls_key_file} if settings.tls_cert_file else None
+    app.run(host=settings.host, port=settings.port, ssl=ssl, single_process=True, access_log=False, motd=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

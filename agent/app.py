@@ -1,0 +1,227 @@
+"""The agent's app factory: one Sanic process holding webhooks, the watch cache, REST and controller.
+
+A single process on purpose: the in-memory cache and the controller must not be forked into
+workers (Sanic guide, "Single process mode"). Handlers are thin; logic lives in mutate, validate,
+views and controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sanic import Blueprint, Request, Sanic
+from sanic import response as r
+from sanic.exceptions import SanicException
+from sanic.handlers import ErrorHandler
+
+from agent import metrics, views
+from agent.admission import Verdict, build_response, parse_review
+from agent.auth import Authorizer
+from agent.cache import ClusterCache
+from agent.config import Settings
+from agent.controller import PlacementController
+from agent.errors import AgentError, NotFound, NotReady
+from agent.events import EventRecorder
+from agent.kube import AsyncKube, load_credentials
+from agent.mutate import PodMutator
+from agent.validate import PlacementValidator
+from hami_place_core import placement as hp
+
+log = logging.getLogger("hami_place.agent")
+
+
+class JsonErrors(ErrorHandler):
+    """Every error leaves as JSON with its HTTP code; unexpected ones are logged and counted."""
+
+    def default(self, request: Request, exception: Exception) -> r.HTTPResponse:
+        if isinstance(exception, AgentError):
+            return r.json(exception.body(), status=exception.http_code)
+        if isinstance(exception, SanicException):
+            code = int(getattr(exception, "status_code", 500) or 500)
+            return r.json({"error": type(exception).__name__, "code": code, "message": str(exception)}, status=code)
+        metrics.ERRORS.labels(kind="http").inc()
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return r.json({"error": "InternalError", "code": 500, "message": str(exception)}, status=500)
+
+
+def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
+    app = Sanic(name, error_handler=JsonErrors(), configure_logging=False)
+    app.config.FALLBACK_ERROR_FORMAT = "json"
+    app.config.ACCESS_LOG = False
+    app.config.REQUEST_MAX_SIZE = 8 * 1024 * 1024  # an AdmissionReview of a huge pod still fits
+    app.config.KEEP_ALIVE_TIMEOUT = 30
+    app.ctx.settings = settings
+    app.ctx.started = time.monotonic()
+
+    @app.before_server_start
+    async def start(app: Sanic) -> None:
+        s: Settings = app.ctx.settings
+        kube = AsyncKube(load_credentials(s.kubeconfig or None, s.token_file or None))
+        cache = ClusterCache(kube)
+        events = EventRecorder(kube, s.agent_id)
+        app.ctx.kube, app.ctx.cache, app.ctx.events = kube, cache, events
+        app.ctx.mutator = PodMutator(s, cache, kube, events)
+        app.ctx.validator = PlacementValidator(s, cache, kube)
+        app.ctx.authorizer = Authorizer(kube)
+        app.ctx.controller = PlacementController(s, cache, kube, events)
+        cache.start()
+        app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
+        log.info("agent %s starting with %s", s.agent_id, json.dumps(s.describe(), default=str))
+
+    @app.after_server_stop
+    async def stop(app: Sanic) -> None:
+        app.ctx.controller_task.cancel()
+        await asyncio.gather(app.ctx.controller_task, return_exceptions=True)
+        await app.ctx.cache.stop()
+        await app.ctx.kube.close()
+
+    app.blueprint(webhooks_bp())
+    app.blueprint(health_bp())
+    app.blueprint(rest_bp())
+    return app
+
+
+# ---- webhooks ---------------------------------------------------------------------------------------
+def webhooks_bp() -> Blueprint:
+    bp = Blueprint("webhooks")
+
+    @bp.post("/mutate")
+    async def mutate(request: Request) -> r.HTTPResponse:
+        t0 = time.perf_counter()
+        review = parse_review(request.body)  # InvalidRequest -> 400 JSON
+        verdict: Verdict = await request.app.ctx.mutator.review(review)
+        outcome = "patched" if verdict.patch else "unchanged"
+        metrics.ADMISSION_SECONDS.labels(webhook="mutate", outcome=outcome).observe(time.perf_counter() - t0)
+        return r.json(build_response(review, verdict))
+
+    @bp.post("/validate")
+    async def validate(request: Request) -> r.HTTPResponse:
+        t0 = time.perf_counter()
+        review = parse_review(request.body)
+        verdict: Verdict = await request.app.ctx.validator.review(review)
+        outcome = "allowed" if verdict.allowed else "denied"
+        metrics.ADMISSION_SECONDS.labels(webhook="validate", outcome=outcome).observe(time.perf_counter() - t0)
+        return r.json(build_response(review, verdict))
+
+    return bp
+
+
+# ---- health and metrics ---------------------------------------------------------------------------
+def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
+    s: Settings = app.ctx.settings
+    cache: ClusterCache = app.ctx.cache
+    checks: dict[str, Any] = {}
+    for inf in (cache.nodes, cache.pods, cache.placements):
+        synced = inf.synced.is_set()
+        metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if synced else 0)
+        checks[f"cache-synced-{inf.name}"] = {"ok": synced, **({"lastError": inf.last_error} if inf.last_error else {})}
+    if s.tls_cert_file:
+        checks["certificate-loaded"] = {"ok": Path(s.tls_cert_file).is_file()}
+    else:
+        checks["certificate-loaded"] = {"ok": True, "note": "TLS disabled (HAMI_PLACE_TLS_CERT_FILE unset)"}
+    checks["leader"] = {"ok": True, "note": "leader election off" if not s.leader_election else "see controller"}
+    return all(c["ok"] for c in checks.values()), checks
+
+
+def health_bp() -> Blueprint:
+    bp = Blueprint("health")
+
+    @bp.get("/healthz")
+    async def healthz(request: Request) -> r.HTTPResponse:
+        return r.json({"status": "ok", "uptimeSeconds": round(time.monotonic() - request.app.ctx.started, 1)})
+
+    @bp.get("/readyz")
+    async def readyz(request: Request) -> r.HTTPResponse:
+        ok, checks = readiness(request.app)
+        return r.json({"status": "ok" if ok else "not ready", "checks": checks}, status=200 if ok else 503)
+
+    @bp.get("/metrics")
+    async def prometheus(request: Request) -> r.HTTPResponse:
+        readiness(request.app)  # refresh the cache gauges
+        for inf in (request.app.ctx.cache.nodes, request.app.ctx.cache.pods, request.app.ctx.cache.placements):
+            metrics.CACHE_RELISTS.labels(resource=inf.name)._value.set(inf.relists)
+        return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+    return bp
+
+
+# ---- REST API ---------------------------------------------------------------------------------------
+async def _caller_may(request: Request, verb: str, namespace: str = "") -> None:
+    authz: Authorizer = request.app.ctx.authorizer
+    caller = await authz.authenticate(request.headers.get("authorization"))
+    await authz.authorize(caller, verb, namespace)
+
+
+def _require_ready(request: Request) -> ClusterCache:
+    cache: ClusterCache = request.app.ctx.cache
+    if not cache.ready:
+        raise NotReady()
+    return cache
+
+
+def rest_bp() -> Blueprint:
+    bp = Blueprint("rest", url_prefix="/api/v1")
+
+    @bp.get("/cluster-info")
+    async def cluster_info(request: Request) -> r.HTTPResponse:
+        """Nodes, GPUs, usage, health and fragmentation. 401/403 without RBAC, 503 until synced."""
+        await _caller_may(request, "list")
+        return r.json(views.cluster_info(_require_ready(request)))
+
+    @bp.get("/placements")
+    async def placements(request: Request) -> r.HTTPResponse:
+        """The placement cache with claim and allocation records; ?namespace= narrows it."""
+        namespace = request.args.get("namespace") or ""
+        await _caller_may(request, "list", namespace)
+        return r.json(views.placements(_require_ready(request), namespace or None))
+
+    @bp.get("/placements/<namespace>/<name>/events")
+    async def events(request: Request, namespace: str, name: str) -> None:
+        """Server-Sent Events: the placement now, then each change, until it is terminal."""
+        await _caller_may(request, "watch", namespace)
+        cache = _require_ready(request)
+        p = cache.placement(namespace, name)
+        if p is None:
+            raise NotFound(f"placement {namespace}/{name} not found")
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
+
+        def on_change(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            meta = obj.get("metadata") or {}
+            if meta.get("namespace") == namespace and meta.get("name") == name:
+                # a stalled client skips intermediate states; it still gets the latest
+                with contextlib.suppress(asyncio.QueueFull):
+                    queue.put_nowait({"kind": kind, "object": obj})
+
+        cache.placements.listeners.append(on_change)
+        resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        try:
+            last = None
+            view = views.placement_view(p)
+            await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
+            last = (view["phase"], view["reason"], view["message"])
+            while view["phase"] not in hp.TERMINAL:
+                try:
+                    item = await asyncio.wait_for(queue.get(), 15)
+                except TimeoutError:
+                    await resp.send(": keep-alive\n\n")
+                    continue
+                if item["kind"] == "DELETED":
+                    await resp.send(f"event: deleted\ndata: {json.dumps({'namespace': namespace, 'name': name})}\n\n")
+                    break
+                view = views.placement_view(hp.Placement.from_object(item["object"]))
+                key = (view["phase"], view["reason"], view["message"])
+                if key != last:
+                    await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
+                    last = key
+        finally:
+            cache.placements.listeners.remove(on_change)
+            await resp.eof()
+
+    return bp

@@ -1,0 +1,111 @@
+"""Agent configuration: environment variables with typed defaults, validated at start-up.
+
+Every setting is listed here with its variable name and default; nothing else reads os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, fields
+
+
+class ConfigError(ValueError):
+    """A setting has a value the agent cannot use; the message names the variable."""
+
+
+def _env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _env_float(name: str, default: float, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (true/false)")
+
+
+def _env_list(name: str, default: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in os.environ.get(name, default).split(",") if x.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "0.0.0.0"  # noqa: S104 - a pod must listen on its pod IP
+    port: int = 8083
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    kubeconfig: str = ""  # empty: in-cluster service account
+    token_file: str = ""  # optional: read the API token from this file (rotating projected tokens)
+    agent_id: str = field(default_factory=socket.gethostname)
+    namespace: str = "kube-system"  # where the agent runs (its Lease and its own Events)
+    claim_lease_seconds: float = 30.0
+    controller_interval_seconds: float = 1.0
+    cache_sync_timeout_seconds: float = 60.0
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    leader_election: bool = False
+    lease_name: str = "hami-place-agent"
+    lease_duration_seconds: int = 15
+    validation_enabled: bool = True  # a test switch for issue-6 style checks; never off in production
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        s = cls(
+            host=_env_str("HAMI_PLACE_HOST", cls.host),
+            port=_env_int("HAMI_PLACE_PORT", cls.port, 1),
+            tls_cert_file=_env_str("HAMI_PLACE_TLS_CERT_FILE", ""),
+            tls_key_file=_env_str("HAMI_PLACE_TLS_KEY_FILE", ""),
+            kubeconfig=_env_str("HAMI_PLACE_KUBECONFIG", ""),
+            token_file=_env_str("HAMI_PLACE_TOKEN_FILE", ""),
+            agent_id=_env_str("HAMI_PLACE_AGENT_ID", "") or socket.gethostname(),
+            namespace=_env_str("HAMI_PLACE_NAMESPACE", cls.namespace),
+            claim_lease_seconds=_env_float("HAMI_PLACE_CLAIM_LEASE_SECONDS", cls.claim_lease_seconds, 1),
+            controller_interval_seconds=_env_float("HAMI_PLACE_CONTROLLER_INTERVAL_SECONDS", 1.0, 0.05),
+            cache_sync_timeout_seconds=_env_float("HAMI_PLACE_CACHE_SYNC_TIMEOUT_SECONDS", 60.0, 1),
+            excluded_namespaces=_env_list("HAMI_PLACE_EXCLUDED_NAMESPACES", "kube-system"),
+            leader_election=_env_bool("HAMI_PLACE_LEADER_ELECTION", False),
+            lease_name=_env_str("HAMI_PLACE_LEASE_NAME", cls.lease_name),
+            lease_duration_seconds=_env_int("HAMI_PLACE_LEASE_DURATION_SECONDS", 15, 2),
+            validation_enabled=_env_bool("HAMI_PLACE_VALIDATION_ENABLED", True),
+            log_level=_env_str("HAMI_PLACE_LOG_LEVEL", "INFO").upper(),
+        )
+        if bool(s.tls_cert_file) != bool(s.tls_key_file):
+            raise ConfigError("HAMI_PLACE_TLS_CERT_FILE and HAMI_PLACE_TLS_KEY_FILE must be set together")
+        if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"HAMI_PLACE_LOG_LEVEL={s.log_level!r} must be DEBUG, INFO, WARNING or ERROR")
+        return s
+
+    def describe(self) -> dict[str, object]:
+        """The effective configuration, logged at start-up (no secrets are held here)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

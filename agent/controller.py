@@ -1,0 +1,181 @@
+"""The placement controller: claims become Bound when their pod appears, Completed when HAMi
+allocated the target GPUs, and return to Pending when the claim lease lapses.
+
+All state is in the placement status; every write carries the resourceVersion it was decided on,
+so two replicas (or a restarted agent) can never act twice on one decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from typing import Any
+
+from agent import metrics
+from agent.cache import ClusterCache
+from agent.config import Settings
+from agent.events import EventRecorder
+from agent.kube import AsyncKube
+from agent.status import condition, merge_conditions, now_rfc3339, parse_rfc3339, write_status
+from hami_place_core import annotations as ann
+from hami_place_core import kube_errors
+from hami_place_core import placement as hp
+from hami_place_core.placement import Placement
+
+log = logging.getLogger("hami_place.agent.controller")
+
+_CLAIM_FIELDS = ("claim", "claimedBy", "claimedAt", "claimLeaseExpiresAt", "targetUUIDs", "boundPod", "boundPodUID")
+
+
+class PlacementController:
+    def __init__(self, settings: Settings, cache: ClusterCache, kube: AsyncKube, events: EventRecorder) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.kube = kube
+        self.events = events
+        self.wake = asyncio.Event()
+        cache.pods.listeners.append(lambda *_: self.wake.set())
+        cache.placements.listeners.append(lambda *_: self.wake.set())
+
+    async def run(self) -> None:
+        await self.cache.wait_ready(self.settings.cache_sync_timeout_seconds)
+        while True:
+            try:
+                await self.reconcile_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.ERRORS.labels(kind="controller").inc()
+                log.exception("reconcile pass failed")
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.settings.controller_interval_seconds)
+
+    async def reconcile_all(self) -> None:
+        for bucket in list(self.cache.by_namespace.values()):
+            for p in list(bucket.values()):
+                if p.phase in (hp.CLAIMED, hp.BOUND):
+                    try:
+                        await self.reconcile(p)
+                    except kube_errors.Conflict:
+                        pass  # someone moved it on; the next pass sees the new version
+                    except kube_errors.NotFound:
+                        pass
+
+    def _claimed_pod(self, p: Placement) -> dict[str, Any] | None:
+        key = self.cache.pods_by_claim.get(p.claim or "")
+        return self.cache.pods.store.get(key) if key else None
+
+    async def reconcile(self, p: Placement) -> None:
+        if p.phase == hp.CLAIMED:
+            pod = self._claimed_pod(p)
+            if pod is not None:
+                await self._bind(p, pod)
+                return
+            expires = parse_rfc3339(p.status.get("claimLeaseExpiresAt"))
+            if expires is not None and dt.datetime.now(dt.UTC) >= expires:
+                await self._release(p)
+        elif p.phase == hp.BOUND:
+            await self._confirm(p)
+
+    async def _bind(self, p: Placement, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        status = {
+            **p.status,
+            "phase": hp.BOUND,
+            "reason": "PodBound",
+            "message": f"pod {meta['name']} carries the pin to {p.node}; waiting for HAMi to allocate the GPUs",
+            "boundPod": meta["name"],
+            "boundPodUID": meta.get("uid", ""),
+            "conditions": merge_conditions(
+                p.status.get("conditions") or [],
+                [
+                    condition("Claimed", True, "PodBound", f"pod {meta['name']} was pinned at admission", p.generation),
+                ],
+            ),
+        }
+        status.pop("claimLeaseExpiresAt", None)
+        updated = await write_status(self.kube, self.cache, p, status)
+        self.events.fire(self.events.on_placement(updated, "Bound", f"pod {meta['name']} pinned to {p.node}"))
+        self.events.fire(
+            self.events.on_pod(
+                p.namespace,
+                meta["name"],
+                meta.get("uid", ""),
+                "Pinned",
+                f"pinned by HamiPodPlacement {p.name} (reqID {p.req_id}) to {p.node} GPUs {', '.join(p.gpu_devices)}",
+            )
+        )
+
+    async def _release(self, p: Placement) -> None:
+        status = {k: v for k, v in p.status.items() if k not in _CLAIM_FIELDS}
+        status.update(
+            {
+                "phase": hp.PENDING,
+                "reason": "ClaimLeaseExpired",
+                "message": (
+                    f"the pod claimed at {p.status.get('claimedAt')} never appeared "
+                    "(its admission was rejected or lost); waiting for the next matching pod"
+                ),
+            }
+        )
+        updated = await write_status(self.kube, self.cache, p, status)
+        metrics.LEASE_EXPIRIES.inc()
+        self.events.fire(self.events.on_placement(updated, "ClaimLeaseExpired", status["message"], "Warning"))
+
+    async def _confirm(self, p: Placement) -> None:
+        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
+        if pod is None or (pod["metadata"].get("uid") and pod["metadata"]["uid"] != p.status.get("boundPodUID")):
+            await self._finish(
+                p, hp.FAILED, "PodGone", f"pod {p.status.get('boundPod')} disappeared before HAMi allocated its GPUs"
+            )
+            return
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and node != p.node:
+            await self._finish(
+                p, hp.FAILED, "WrongNode", f"pod {p.status.get('boundPod')} was bound to {node}, not {p.node}"
+            )
+            return
+        allocated = ann.decode_pod_devices((pod["metadata"].get("annotations") or {}).get(ann.POD_DEVICES_ALLOCATED))
+        uuids = sorted({d.uuid for c in allocated.containers for d in c})
+        if not uuids:
+            return  # not allocated yet
+        target = sorted(p.status.get("targetUUIDs") or [])
+        if uuids == target:
+            await self._finish(
+                p,
+                hp.COMPLETED,
+                "Allocated",
+                f"HAMi allocated the target GPUs {', '.join(target)} on {p.node}",
+                allocated=uuids,
+            )
+        else:
+            # HAMi issues #958/#968: the scheduler can allocate other GPUs than use-gpuuuid asked for.
+            await self._finish(
+                p,
+                hp.FAILED,
+                "AllocationMismatch",
+                f"HAMi allocated {', '.join(uuids)} but the target was {', '.join(target)}",
+                allocated=uuids,
+            )
+
+    async def _finish(
+        self, p: Placement, phase: str, reason: str, message: str, allocated: list[str] | None = None
+    ) -> None:
+        status = {**p.status, "phase": phase, "reason": reason, "message": message}
+        if allocated is not None:
+            status["allocatedDevices"] = allocated
+        if phase == hp.COMPLETED:
+            status["consumedAt"] = now_rfc3339()
+        status["conditions"] = merge_conditions(
+            p.status.get("conditions") or [],
+            [
+                condition("Ready", phase == hp.COMPLETED, reason, message, p.generation),
+            ],
+        )
+        updated = await write_status(self.kube, self.cache, p, status)
+        self.events.fire(
+            self.events.on_placement(updated, reason, message, "Normal" if phase == hp.COMPLETED else "Warning")
+        )

@@ -1,0 +1,38 @@
+"""Prometheus metrics of the agent, in their own registry (served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+ADMISSION_SECONDS = Histogram(
+    "hami_place_admission_seconds",
+    "Time to answer an AdmissionReview, by webhook and outcome.",
+    ["webhook", "outcome"],
+    registry=REGISTRY,
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+CLAIMS = Counter("hami_place_claims_total", "Placements claimed by a pod at admission.", registry=REGISTRY)
+CLAIM_CONFLICTS = Counter(
+    "hami_place_claim_conflicts_total", "Claims lost to a concurrent writer (HTTP 409).", registry=REGISTRY
+)
+LEASE_EXPIRIES = Counter(
+    "hami_place_claim_lease_expiries_total", "Claims whose pod never appeared, returned to Pending.", registry=REGISTRY
+)
+TRANSITIONS = Counter(
+    "hami_place_phase_transitions_total",
+    "Placement phase transitions written by the agent.",
+    ["phase"],
+    registry=REGISTRY,
+)
+ERRORS = Counter("hami_place_errors_total", "Errors, by kind.", ["kind"], registry=REGISTRY)
+CACHE_SYNCED = Gauge(
+    "hami_place_cache_synced", "1 when the informer has finished its first list.", ["resource"], registry=REGISTRY
+)
+CACHE_RELISTS = Counter(
+    "hami_place_cache_relists_total",
+    "Full lists by the watch cache (410 Gone and restarts).",
+    ["resource"],
+    registry=REGISTRY,
+)

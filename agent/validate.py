@@ -1,0 +1,214 @@
+"""The validating webhook for HamiPodPlacement: reject a bad target before anything happens.
+
+Checks, each with a precise message: node and GPU indices exist; the GPUs are healthy and not
+cordoned; the request of the pods the selector matches fits HAMi's Fit rules on the target GPUs;
+the reqID is unused in the namespace; the spec does not change once claimed; evictPod exists, has
+a controller that recreates it and matches the selector; and the requesting user may create
+pods/eviction (SubjectAccessReview): nobody evicts through the agent what they could not evict
+themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agent import metrics
+from agent.admission import Review, Verdict
+from agent.cache import ClusterCache
+from agent.config import Settings
+from agent.kube import AsyncKube
+from hami_place_core import placement as hp
+from hami_place_core.fit import GpuUsage, fit_pod
+from hami_place_core.placement import Placement
+from hami_place_core.requests import GpuRequest, PodRequest, pod_request
+from hami_place_core.selectors import SelectorError, matches
+from hami_place_core.state import NodeState, pod_allocation
+from hami_place_core.targets import TargetError, TargetSpec, resolve
+
+log = logging.getLogger("hami_place.agent.validate")
+
+RECREATING_OWNERS = ("ReplicaSet", "StatefulSet", "Job", "ReplicationController")
+
+
+def _deny(message: str) -> Verdict:
+    return Verdict(allowed=False, code=422, reason="Invalid", message=message)
+
+
+def target_request(base: PodRequest | None, targets: TargetSpec) -> PodRequest:
+    """What the pinned pod will ask for: the pod's own request, with the placement's count (and /P)."""
+    n = len(targets.entries)
+    if base is None or not base.gpu_containers:
+        if targets.percent is not None:
+            req = GpuRequest(nums=n, mem_percentage=targets.percent, coresreq=targets.percent)
+        else:
+            req = GpuRequest(nums=n, mem_percentage=100, coresreq=100)
+        return PodRequest(init=(), containers=(req,))
+    containers: list[GpuRequest | None] = []
+    for r in base.containers:
+        if r is None:
+            containers.append(None)
+        elif targets.percent is not None:
+            containers.append(GpuRequest(nums=n, mem_percentage=targets.percent, coresreq=targets.percent))
+        else:
+            containers.append(GpuRequest(nums=n, memreq=r.memreq, mem_percentage=r.mem_percentage, coresreq=r.coresreq))
+    return PodRequest(init=(), containers=tuple(containers), selectors=base.selectors)
+
+
+class PlacementValidator:
+    def __init__(self, settings: Settings, cache: ClusterCache, kube: AsyncKube) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.kube = kube
+
+    async def review(self, review: Review) -> Verdict:
+        try:
+            return await self._review(review)
+        except Exception as e:
+            metrics.ERRORS.labels(kind="validate").inc()
+            log.exception("validating webhook failed for %s/%s", review.namespace, review.name)
+            return Verdict(allowed=False, code=500, message=f"hami-place could not validate the placement: {e}")
+
+    async def _review(self, review: Review) -> Verdict:
+        if review.operation not in ("CREATE", "UPDATE") or review.kind.get("kind") not in (hp.KIND, None):
+            return Verdict()
+        p = Placement.from_object(review.obj)
+        if review.operation == "UPDATE" and review.old is not None:
+            old = Placement.from_object(review.old)
+            if (review.obj.get("spec") or {}) == (review.old.get("spec") or {}):
+                return Verdict()  # metadata-only update
+            if old.phase != hp.PENDING:
+                return _deny(
+                    f"placement {p.name} was already claimed (phase {old.phase}); its spec can no longer change. "
+                    f"Delete it and create a new one with a new reqID"
+                )
+        if not self.settings.validation_enabled:
+            return Verdict(warnings=["hami-place: placement validation is disabled on this agent"])
+        if not self.cache.ready:
+            return Verdict(
+                allowed=False, code=503, message="hami-place agent is still syncing its cache; retry shortly"
+            )
+        errors: list[str] = []
+        warnings: list[str] = []
+        if p.target_error:
+            errors.append(p.target_error)
+        for other in self.cache.placements_in(p.namespace):
+            if other.name != p.name and other.req_id == p.req_id:
+                errors.append(
+                    f"reqID {p.req_id!r} is already used by placement {other.name} in namespace {p.namespace}"
+                )
+        node = self.cache.state.nodes.get(p.node)
+        matched = self._matching_pods(p)
+        if node is None:
+            errors.append(f"node {p.node} not found")
+        elif p.targets is not None:
+            errors += self._check_target(p, p.targets, node, matched, warnings)
+        if p.evict_pod:
+            errors += await self._check_evict(p, review)
+        if errors:
+            return _deny("; ".join(errors))
+        return Verdict(warnings=warnings)
+
+    def _matching_pods(self, p: Placement) -> list[dict[str, Any]]:
+        out = []
+        for pod in self.cache.pods.store.values():
+            meta = pod.get("metadata") or {}
+            if meta.get("namespace") != p.namespace or meta.get("deletionTimestamp"):
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            try:
+                if matches(p.selector, meta.get("labels")):
+                    out.append(pod)
+            except SelectorError:
+                return []
+        return out
+
+    def _check_target(
+        self, p: Placement, targets: TargetSpec, node: NodeState, matched: list[dict[str, Any]], warnings: list[str]
+    ) -> list[str]:
+        try:
+            gpus = resolve(targets, node)
+        except TargetError as e:
+            return [str(e)]
+        errors = []
+        for g in gpus:
+            if not g.health:
+                errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy")
+            elif g.uuid in node.cordoned:
+                errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)")
+        if errors:
+            return errors
+        # The usage of the pod being moved does not count against its own target.
+        usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
+        mover = next((m for m in matched if (m.get("metadata") or {}).get("name") == p.evict_pod), None)
+        alloc = pod_allocation(mover) if mover else None
+        if alloc and alloc.node == node.name:
+            for uuid, (slots, mem, cores) in alloc.per_gpu.items():
+                if uuid in usage:
+                    usage[uuid].used -= slots
+                    usage[uuid].usedmem -= mem
+                    usage[uuid].usedcores -= cores
+        base = pod_request(mover or matched[0], webhook=True) if (mover or matched) else None
+        if base is None:
+            warnings.append(
+                "hami-place: no pod matches podSelector yet; capacity was checked for "
+                + (f"a {targets.percent}% share" if targets.percent is not None else "whole GPUs")
+            )
+        request = target_request(base, targets)
+        result = fit_pod(request, gpus, usage, node.cordoned, exact=True)
+        if not result.ok:
+            names = {g.uuid: f"gpu-{g.index}" for g in gpus}
+            return [f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"]
+        return []
+
+    async def _check_evict(self, p: Placement, review: Review) -> list[str]:
+        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+        errors = []
+        if pod is None:
+            return [f"evictPod {p.evict_pod} not found in namespace {p.namespace}"]
+        meta = pod.get("metadata") or {}
+        owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+        if owner is None:
+            errors.append(f"evictPod {p.evict_pod} has no controller owner: nothing would recreate it after eviction")
+        elif owner.get("kind") not in RECREATING_OWNERS:
+            errors.append(f"evictPod {p.evict_pod} is owned by a {owner.get('kind')}, which hami-place does not move")
+        try:
+            if not matches(p.selector, meta.get("labels")):
+                errors.append(
+                    f"evictPod {p.evict_pod} does not match podSelector: "
+                    "its replacement would never claim this placement"
+                )
+        except SelectorError as e:
+            errors.append(str(e))
+        allowed, why = await self._may_evict(review, p.namespace, p.evict_pod or "")
+        if not allowed:
+            errors.append(
+                f"user {review.username or '<unknown>'} may not create pods/eviction in namespace {p.namespace}"
+                f"{': ' + why if why else ''}; hami-place evicts only what the requester could evict"
+            )
+        return errors
+
+    async def _may_evict(self, review: Review, namespace: str, pod: str) -> tuple[bool, str]:
+        user = review.user
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.get("username"),
+                "groups": user.get("groups") or [],
+                "uid": user.get("uid"),
+                "extra": user.get("extra") or {},
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": "create",
+                    "group": "",
+                    "resource": "pods",
+                    "subresource": "eviction",
+                    "name": pod,
+                },
+            },
+        }
+        result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+        status = result.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or "")

@@ -1,0 +1,215 @@
+"""Run the hami-place agent as local processes against the test bed, and wire the webhooks to it.
+
+The agent is started exactly as in a pod (``python -m agent`` with HAMI_PLACE_* variables),
+serving TLS on 127.0.0.1 with a certificate from its own CA. The webhook configurations point at
+it with ``clientConfig.url``. With several replicas, a round-robin TCP proxy (TLS passes
+through) stands in for the Service, so the API server's calls really are spread over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import ssl
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from testbed.certs import CertificateAuthority
+from testbed.processes import Process, StartupError, free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_FILE = REPO / "crds" / "hamipodplacements.scheduling.hami.placement.com.yaml"
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        workdir: Path,
+        kubeconfig: Path,
+        ca: CertificateAuthority,
+        name: str = "agent",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.kubeconfig = kubeconfig
+        self.ca = ca
+        self.name = name
+        self.port = free_port()
+        self.extra_env = env or {}
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.cert, self.key = ca.issue_server(["127.0.0.1", "localhost"]).write(workdir, f"{name}-tls")
+        self.proc: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith("HAMI_PLACE_")},
+            "HAMI_PLACE_HOST": "127.0.0.1",
+            "HAMI_PLACE_PORT": str(self.port),
+            "HAMI_PLACE_TLS_CERT_FILE": str(self.cert),
+            "HAMI_PLACE_TLS_KEY_FILE": str(self.key),
+            "HAMI_PLACE_KUBECONFIG": str(self.kubeconfig),
+            "HAMI_PLACE_AGENT_ID": self.name,
+            "HAMI_PLACE_CLAIM_LEASE_SECONDS": "30",
+            "HAMI_PLACE_EXCLUDED_NAMESPACES": "kube-system",
+            "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
+        }
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.ca.cert_pem.decode())
+
+    def get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(  # noqa: S310 - https only
+            self.url + path, headers={"Authorization": f"Bearer {token}"} if token else {}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=self.ssl_context()) as resp:  # noqa: S310
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as e:
+            return int(e.code), e.read()
+
+    def start(self, timeout: float = 30) -> AgentProcess:
+        self.proc = Process(self.name, [sys.executable, "-m", "agent"], self.workdir)
+        self.proc.start_with_env(self.env(), cwd=REPO)
+        wait_until("/readyz 200", lambda: self.get("/readyz")[0] == 200, self.proc, timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed pod would die."""
+        if self.proc and self.proc.proc:
+            self.proc.proc.kill()
+            self.proc.proc.wait()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.proc.log_tail(lines) if self.proc else ""
+
+
+class RoundRobinProxy:
+    """TCP proxy on 127.0.0.1 spreading connections over backends (TLS is passed through)."""
+
+    def __init__(self, backends: list[tuple[str, int]]) -> None:
+        self.backends = backends
+        self.port = free_port()
+        self._next = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.connections = [0] * len(backends)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        i = self._next % len(self.backends)
+        self._next += 1
+        self.connections[i] += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.backends[i])
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._server = server
+        self._ready.set()
+        self._loop.run_forever()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> RoundRobinProxy:
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+def webhook_configs(
+    name: str, base_url: str, ca_pem: bytes, namespace_selector: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Mutating (pods) and Validating (placements) configurations, as the chart renders them."""
+    bundle = base64.b64encode(ca_pem).decode()
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "pods.hami-place.scheduling.hami.placement.com",
+                "clientConfig": {"url": f"{base_url}/mutate", "caBundle": bundle},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "namespaceSelector": namespace_selector,
+                "objectSelector": {
+                    "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
+                },
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "failurePolicy": "Ignore",
+                "reinvocationPolicy": "IfNeeded",
+                "timeoutSeconds": 5,
+            }
+        ],
+    }
+    validating = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "placements.hami-place.scheduling.hami.placement.com",
+                "clientConfig": {"url": f"{base_url}/validate", "caBundle": bundle},
+                "rules": [
+                    {
+                        "apiGroups": ["scheduling.hami.placement.com"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["hamipodplacements"],
+                    }
+                ],
+                "namespaceSelector": namespace_selector,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+    return mutating, validating
+
+
+def wait_webhooks_active(probe: Any, timeout: float = 20) -> None:
+    """Webhook configurations reach the apiserver asynchronously: poll until `probe()` is true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return
+        time.sleep(0.2)
+    raise StartupError("webhook configuration never took effect")

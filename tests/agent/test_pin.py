@@ -1,0 +1,325 @@
+"""Precise binding end to end: a placement pins the next matching pod to its node and GPUs, once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from hami_place_core import annotations as ann
+from hami_place_core import placement as hp
+from tests.agent.conftest import placement
+from tests.helpers import deployment, wait_for
+
+pytestmark = pytest.mark.testbed
+
+
+def custom(api):
+    return client.CustomObjectsApi(api)
+
+
+def get_placement(api, ns, name):
+    return custom(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name)
+
+
+def create_placement(api, ns, body, **kw):
+    return custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, **kw)
+
+
+def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed) -> None:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    target = testbed.nodes[2]
+    create_placement(api, ans, placement("pin-web", "pin-web-0001", {"app": "web"}, target.name, ["gpu-1/30"]))
+    apps.create_namespaced_deployment(ans, deployment("web", replicas=1))
+
+    pods = wait_for(
+        "the first pod Running",
+        lambda: [
+            p for p in core.list_namespaced_pod(ans, label_selector="app=web").items if p.status.phase == "Running"
+        ],
+        60,
+    )
+    first = pods[0]
+    assert first.spec.node_name == target.name
+    assert first.metadata.annotations[ann.USE_GPU_UUID] == target.gpu_uuid(1)
+    assert first.metadata.annotations[hp.POD_PLACEMENT] == "pin-web"
+    assert first.metadata.annotations[hp.POD_REQ_ID] == "pin-web-0001"
+    limits = first.spec.containers[0].resources.limits
+    assert limits == {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"}
+    terms = first.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [f.to_dict() for f in terms[0].match_fields] == [
+        {"key": "metadata.name", "operator": "In", "values": [target.name]}
+    ]
+
+    p = wait_for(
+        "placement Bound", lambda: (o := get_placement(api, ans, "pin-web"))["status"].get("phase") == "Bound" and o, 30
+    )
+    assert p["status"]["boundPod"] == first.metadata.name
+    assert p["status"]["boundPodUID"] == first.metadata.uid
+    assert p["status"]["targetUUIDs"] == [target.gpu_uuid(1)]
+
+    # The placement is consumed: a second pod of the same workload is not pinned.
+    apps.patch_namespaced_deployment_scale("web", ans, {"spec": {"replicas": 2}})
+    pods = wait_for(
+        "2 pods",
+        lambda: (ps := core.list_namespaced_pod(ans, label_selector="app=web").items) and len(ps) == 2 and ps,
+        60,
+    )
+    second = next(p for p in pods if p.metadata.name != first.metadata.name)
+    assert ann.USE_GPU_UUID not in (second.metadata.annotations or {})
+    assert second.spec.affinity is None
+
+    events = client.CoreV1Api(api).list_namespaced_event(ans, field_selector="involvedObject.name=pin-web").items
+    assert {"Claimed", "Bound"} <= {e.reason for e in events}
+
+
+def test_completed_when_hami_allocates_target(api, ans, testbed) -> None:
+    """HAMi writes hami.io/vgpu-devices-allocated after Filter; with the stand-in scheduler the test
+    writes it the way HAMi does. Matching UUIDs complete the placement, others fail it."""
+    core = client.CoreV1Api(api)
+    node = testbed.nodes[1]
+    for name, target, gpu_written in (("good", 0, 0), ("bad", 1, 3)):
+        create_placement(api, ans, placement(name, f"{name}-00001", {"app": name}, node.name, [f"gpu-{target}"]))
+        pod = {
+            "metadata": {"generateName": f"{name}-", "labels": {"app": name}},
+            "spec": {
+                "schedulerName": "hami-scheduler",
+                "containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        }
+        created = core.create_namespaced_pod(ans, pod)
+        wait_for("Bound", lambda n=name: get_placement(api, ans, n)["status"].get("phase") == "Bound", 30)
+        encoded = ann.encode_pod_devices([[ann.ContainerDevice(node.gpu_uuid(gpu_written), "NVIDIA", 81920, 100)]])
+        core.patch_namespaced_pod(
+            created.metadata.name,
+            ans,
+            {"metadata": {"annotations": {ann.POD_VGPU_NODE: node.name, ann.POD_DEVICES_ALLOCATED: encoded}}},
+        )
+    good = wait_for(
+        "Completed", lambda: (o := get_placement(api, ans, "good"))["status"]["phase"] == "Completed" and o, 30
+    )
+    assert good["status"]["allocatedDevices"] == [node.gpu_uuid(0)] and good["status"]["consumedAt"]
+    bad = wait_for("Failed", lambda: (o := get_placement(api, ans, "bad"))["status"]["phase"] == "Failed" and o, 30)
+    assert bad["status"]["reason"] == "AllocationMismatch"
+    assert bad["status"]["message"] == f"HAMi allocated {node.gpu_uuid(3)} but the target was {node.gpu_uuid(1)}"
+
+
+def test_dry_run_consumes_nothing(api, ans, testbed) -> None:
+    core = client.CoreV1Api(api)
+    node = testbed.nodes[0]
+    create_placement(api, ans, placement("dry", "dry-000001", {"app": "dry"}, node.name, ["gpu-2"]))
+    pod = {
+        "metadata": {"name": "dry-pod", "labels": {"app": "dry"}},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+    }
+    shown = core.create_namespaced_pod(ans, pod, dry_run="All")
+    # the would-be mutation is shown...
+    assert shown.metadata.annotations[ann.USE_GPU_UUID] == node.gpu_uuid(2)
+    # ...but the placement is still pending and the next real pod gets it
+    assert get_placement(api, ans, "dry").get("status", {}).get("phase", "Pending") == "Pending"
+    real = core.create_namespaced_pod(ans, pod)
+    assert real.metadata.annotations[ann.USE_GPU_UUID] == node.gpu_uuid(2)
+    assert get_placement(api, ans, "dry")["status"]["phase"] in ("Claimed", "Bound")
+
+
+def test_non_candidate_pods_are_never_touched(api, ans, testbed) -> None:
+    core = client.CoreV1Api(api)
+    create_placement(api, ans, placement("nc", "nc-000001", {"app": "plain"}, testbed.nodes[0].name, ["gpu-0"]))
+    plain = core.create_namespaced_pod(
+        ans,
+        {
+            "metadata": {"name": "plain", "labels": {"app": "plain"}},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    assert ann.USE_GPU_UUID not in (plain.metadata.annotations or {})
+    assert get_placement(api, ans, "nc").get("status", {}).get("phase", "Pending") == "Pending"
+
+
+# ---- the validating webhook: every rejection, with its message -------------------------------------------
+def _rejection(api, ns, body) -> str:
+    with pytest.raises(ApiException) as e:
+        create_placement(api, ns, body)
+    assert e.value.status == 422, e.value.body
+    return json.loads(e.value.body)["message"]
+
+
+def test_rejects_missing_node(api, ans) -> None:
+    msg = _rejection(api, ans, placement("x", "x-000001", {"app": "x"}, "ghost-node", ["gpu-0"]))
+    assert msg.endswith("denied the request: node ghost-node not found")
+
+
+def test_rejects_missing_gpu_index(api, ans, testbed) -> None:
+    n = testbed.nodes[0].name
+    msg = _rejection(api, ans, placement("x", "x-000001", {"app": "x"}, n, ["gpu-0", "gpu-7"]))
+    assert msg.endswith(f"denied the request: node {n} has no GPU with index 7 (it has: 0, 1, 2, 3)")
+
+
+def test_rejects_unhealthy_gpu(api, ans, testbed) -> None:
+    from testbed.gpu_nodes import NodeSpec
+
+    spec = NodeSpec(f"sick-{ans[-6:]}", gpus=2, unhealthy_indices=frozenset({1}))
+    testbed.add_nodes([spec])
+    try:
+        wait_for("node in the agent cache", lambda: _node_known(api, ans, spec.name), 20)
+        msg = _rejection(api, ans, placement("x", "x-000001", {"app": "x"}, spec.name, ["gpu-1"]))
+        assert msg.endswith(f"denied the request: gpu-1 ({spec.gpu_uuid(1)}) on node {spec.name} is unhealthy")
+    finally:
+        client.CoreV1Api(api).delete_node(spec.name)
+
+
+def _node_known(api, ns, node) -> bool:
+    try:
+        create_placement(api, ns, placement("probe", "probe-0001", {"app": "probe"}, node, ["gpu-0"]), dry_run="All")
+        return True
+    except ApiException as e:
+        return "not found" not in e.body
+
+
+def test_rejects_full_gpu(api, ans, testbed) -> None:
+    from testbed.hami_pods import hami_pod
+
+    core = client.CoreV1Api(api)
+    node = testbed.nodes[3]
+    hog = hami_pod("hog", ans, node.name, [(node.gpu_uuid(2), 71680, 80)], phase=None)
+    hog["spec"].pop("nodeName")
+    hog["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+                ]
+            }
+        }
+    }
+    hog["metadata"]["labels"] = {"app": "hog"}
+    core.create_namespaced_pod(ans, hog)
+    wait_for("hog counted", lambda: not _fits(api, ans, node.name), 20)
+    msg = _rejection(api, ans, placement("x", "x-000001", {"app": "x"}, node.name, ["gpu-2/30"]))
+    assert msg.endswith(
+        f"denied the request: the target GPUs on node {node.name} have no room for the request: "
+        "gpu-2: not enough free GPU memory (CardInsufficientMemory)"
+    )
+
+
+def _fits(api, ns, node) -> bool:
+    try:
+        create_placement(api, ns, placement("probe", "probe-0001", {"app": "probe"}, node, ["gpu-2/30"]), dry_run="All")
+        return True
+    except ApiException:
+        return False
+
+
+def test_rejects_reused_req_id(api, ans, testbed) -> None:
+    n = testbed.nodes[0].name
+    create_placement(api, ans, placement("first", "same-req-1", {"app": "a"}, n, ["gpu-0"]))
+    wait_for("first in cache", lambda: "already used" in _probe_dup(api, ans, n), 20)
+    msg = _rejection(api, ans, placement("second", "same-req-1", {"app": "b"}, n, ["gpu-1"]))
+    assert msg.endswith(f"denied the request: reqID 'same-req-1' is already used by placement first in namespace {ans}")
+
+
+def _probe_dup(api, ns, node) -> str:
+    try:
+        create_placement(api, ns, placement("dup-probe", "same-req-1", {"app": "b"}, node, ["gpu-1"]), dry_run="All")
+        return ""
+    except ApiException as e:
+        return e.body
+
+
+def test_rejects_spec_change_after_claim(api, ans, testbed) -> None:
+    core = client.CoreV1Api(api)
+    n = testbed.nodes[0].name
+    create_placement(api, ans, placement("frozen", "frozen-001", {"app": "frozen"}, n, ["gpu-3"]))
+    core.create_namespaced_pod(
+        ans,
+        {
+            "metadata": {"name": "f", "labels": {"app": "frozen"}},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    wait_for(
+        "claimed", lambda: get_placement(api, ans, "frozen").get("status", {}).get("phase") in ("Claimed", "Bound"), 20
+    )
+    with pytest.raises(ApiException) as e:
+        custom(api).patch_namespaced_custom_object(
+            hp.GROUP, hp.VERSION, ans, hp.PLURAL, "frozen", {"spec": {"gpuDevices": ["gpu-2"]}}
+        )
+    assert e.value.status == 422
+    assert "placement frozen was already claimed (phase" in json.loads(e.value.body)["message"]
+    assert (
+        "its spec can no longer change. Delete it and create a new one with a new reqID"
+        in json.loads(e.value.body)["message"]
+    )
+
+
+def test_rejects_missing_or_standalone_evict_pod(api, ans, testbed) -> None:
+    core = client.CoreV1Api(api)
+    n = testbed.nodes[0].name
+    msg = _rejection(api, ans, placement("x", "x-000001", {"app": "solo"}, n, ["gpu-0"], evict="nope"))
+    assert msg.endswith(f"denied the request: evictPod nope not found in namespace {ans}")
+    core.create_namespaced_pod(
+        ans,
+        {
+            "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {"containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    wait_for("solo cached", lambda: "not found in namespace" not in _evict_probe(api, ans, n), 20)
+    msg = _rejection(api, ans, placement("x", "x-000001", {"app": "solo"}, n, ["gpu-0"], evict="solo"))
+    assert msg.endswith(
+        "denied the request: evictPod solo has no controller owner: nothing would recreate it after eviction"
+    )
+
+
+def _evict_probe(api, ns, node) -> str:
+    try:
+        create_placement(
+            api, ns, placement("x", "x-000001", {"app": "solo"}, node, ["gpu-0"], evict="solo"), dry_run="All"
+        )
+        return ""
+    except ApiException as e:
+        return e.body
+
+
+def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig) -> None:
+    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    apps.create_namespaced_deployment(ans, deployment("victim", replicas=1))
+    pod = wait_for("victim pod", lambda: core.list_namespaced_pod(ans, label_selector="app=victim").items, 30)[0]
+    # "alice" may manage placements but not evict pods
+    rbac.create_namespaced_role(
+        ans,
+        {
+            "metadata": {"name": "placements"},
+            "rules": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        ans,
+        {
+            "metadata": {"name": "alice"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "placements"},
+            "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    alice = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("alice")))
+    body = placement("move", "move-00001", {"app": "victim"}, testbed.nodes[0].name, ["gpu-0"], evict=pod.metadata.name)
+    wait_for("victim cached", lambda: "not found in namespace" not in _alice_probe(alice, ans, body), 20)
+    with pytest.raises(ApiException) as e:
+        alice.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body)
+    assert e.value.status == 422
+    assert json.loads(e.value.body)["message"].endswith(
+        f"denied the request: user alice may not create pods/eviction in namespace {ans}; "
+        "hami-place evicts only what the requester could evict"
+    )
+    # the admin may: the same placement is accepted
+    create_placement(api, ans, body)
+
+
+def _alice_probe(alice, ns, body) -> str:
+    try:
+        alice.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, dry_run="All")
+        return ""
+    except ApiException as e:
+        return e.body
