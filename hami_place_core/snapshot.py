@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_place_core import annotations as ann
+from hami_place_core.examples import open_snapshot_text
 from hami_place_core.fragmentation import ClusterMetrics, free_share
 from hami_place_core.state import ClusterState, build_state
 
@@ -146,7 +147,7 @@ def make_snapshot(
 def load_snapshot(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(nodes, pods, metadata) from a snapshot file; raises SnapshotError with a precise reason."""
     try:
-        text = Path(path).read_text()
+        text = open_snapshot_text(path)
     except OSError as e:
         raise SnapshotError(f"cannot read snapshot {path}: {e.strerror or e}") from None
     try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from hami_place_core.examples import resolve_snapshot
 from hami_place_core.fragmentation import ClusterMetrics, cluster_metrics, mix_from_state
 from hami_place_core.snapshot import load_snapshot, make_snapshot
 from hami_place_core.state import ClusterState, build_state
@@ -42,7 +43,8 @@ def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
     "--snapshot",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Read a snapshot written by `inspect -o json` instead of the live cluster.",
+    help="Read a snapshot written by `inspect -o json` instead of the live cluster; `example` is the "
+    "shipped 1,213-node openb cluster (a local file named example: ./example).",
 )
 @kube_options
 def inspect(
@@ -71,7 +73,7 @@ def inspect(
       kubectl hami-place inspect -o json > snap.json && kubectl hami-place inspect --snapshot snap.json
     """
     if snapshot:
-        raw_nodes, raw_pods, meta = load_snapshot(snapshot)
+        raw_nodes, raw_pods, meta = load_snapshot(resolve_snapshot(snapshot))
         source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
         if selector:
             raise UserError("-l/--selector cannot be combined with --snapshot; name the nodes instead")

@@ -146,10 +146,18 @@ class RoundRobinProxy:
         self._ready.wait(5)
         return self
 
+    async def _shutdown(self) -> None:
+        self._server.close()
+        tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loop.stop()
+
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         self._thread.join(5)
+        self._loop.close()
 
 
 def webhook_configs(

@@ -242,8 +242,10 @@ def test_bad_snapshots(tmp_path, content, message) -> None:
 # ---- incremental maintenance (the agent's watch cache path) ------------------------------------------
 def _usage_view(state):
     return {
-        name: {g.uuid: (n.usage[g.uuid].used, n.usage[g.uuid].usedmem, n.usage[g.uuid].usedcores,
-                        sorted(n.pods[g.uuid])) for g in n.devices}
+        name: {
+            g.uuid: (n.usage[g.uuid].used, n.usage[g.uuid].usedmem, n.usage[g.uuid].usedcores, sorted(n.pods[g.uuid]))
+            for g in n.devices
+        }
         for name, n in state.nodes.items()
     }
 
@@ -258,8 +260,17 @@ def test_node_arriving_after_its_pods_counts_them() -> None:
 
 
 @settings(max_examples=80)
-@given(st.lists(st.tuples(st.sampled_from(["pod", "delpod", "node", "delnode"]), st.integers(0, 5),
-                          st.integers(0, 3), st.integers(1, 50)), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["pod", "delpod", "node", "delnode"]),
+            st.integers(0, 5),
+            st.integers(0, 3),
+            st.integers(1, 50),
+        ),
+        max_size=30,
+    )
+)
 def test_incremental_updates_equal_a_fresh_build(ops) -> None:
     specs = {0: N1, 1: N2}
     state = build_state([], [])

@@ -1,0 +1,301 @@
+"""Claim lease, concurrency across replicas, bad input, REST auth and restarts, on the test bed."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from hami_place_core import placement as hp
+from testbed.webhook_server import WebhookServer
+from tests.agent.conftest import AgentSet, install_crd, placement
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.testbed
+
+
+def _phase(api, ns, name) -> str:
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name)
+    return str((obj.get("status") or {}).get("phase") or "Pending")
+
+
+def _create(api, ns, body) -> None:
+    client.CustomObjectsApi(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body)
+
+
+def _gpu_pod(name: str, app: str) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
+
+
+@pytest.fixture
+def agent_set(testbed, api, tmp_path, request):
+    install_crd(api)
+    sets: list[AgentSet] = []
+
+    def make(label: str, replicas: int = 1, env: dict[str, str] | None = None) -> AgentSet:
+        s = AgentSet(testbed, api, tmp_path / label, label, replicas, env).start()
+        sets.append(s)
+        return s
+
+    yield make
+    for s in sets:
+        print(s.logs())  # shown by pytest only when the test failed
+        s.stop()
+
+
+def test_lease_returns_a_claim_whose_pod_was_rejected_later(api, testbed, agent_set) -> None:
+    s = agent_set("lease", env={"HAMI_PLACE_CLAIM_LEASE_SECONDS": "3"})
+    ns = s.namespace("lease")
+    node = testbed.nodes[0]
+    _create(api, ns, placement("leased", "leased-001", {"app": "l"}, node.name, ["gpu-0"]))
+
+    def deny(review):
+        return {
+            "uid": review["request"]["uid"],
+            "allowed": False,
+            "status": {"code": 403, "message": "rejected by a later webhook"},
+        }
+
+    adm = client.AdmissionregistrationV1Api(api)
+    with WebhookServer(deny) as server:
+        adm.create_validating_webhook_configuration(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": f"deny-{ns}"},
+                "webhooks": [
+                    {
+                        "name": "deny.testbed.local",
+                        "clientConfig": {"url": f"{server.url}/validate", "caBundle": server.ca_bundle},
+                        "rules": [
+                            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                        ],
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                        "failurePolicy": "Fail",
+                    }
+                ],
+            }
+        )
+        core = client.CoreV1Api(api)
+        try:
+
+            def rejected() -> bool:
+                try:
+                    core.create_namespaced_pod(ns, _gpu_pod("doomed", "l"))
+                    core.delete_namespaced_pod("doomed", ns)
+                    return False
+                except ApiException as e:
+                    return "rejected by a later webhook" in e.body
+
+            wait_for("the denying webhook to take effect", rejected, 20, 0.3)
+            assert _phase(api, ns, "leased") == "Claimed"  # our webhook claimed it; the pod never existed
+            t0 = time.monotonic()
+            wait_for("back to Pending", lambda: _phase(api, ns, "leased") == "Pending", 15)
+            assert time.monotonic() - t0 < 10
+        finally:
+            adm.delete_validating_webhook_configuration(f"deny-{ns}")
+    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, "leased")
+    assert obj["status"]["reason"] == "ClaimLeaseExpired" and "claim" not in obj["status"]
+    # Nothing was lost: the next matching pod gets the placement.
+    pod = wait_for("a pod claims it again", lambda: _try_create(api, ns, "second", "l"), 20, 0.3)
+    assert pod.metadata.annotations[hp.POD_PLACEMENT] == "leased"
+
+
+def _try_create(api, ns, name, app):
+    try:
+        return client.CoreV1Api(api).create_namespaced_pod(ns, _gpu_pod(name, app))
+    except ApiException:
+        return None
+
+
+def test_fifty_concurrent_pods_two_replicas_exactly_one_claim_20_trials(api, testbed, agent_set) -> None:
+    s = agent_set("pair", replicas=2)
+    ns = s.namespace("concurrency")
+    core = client.CoreV1Api(api)
+    node = testbed.nodes[1]
+    claims_per_trial = []
+    with ThreadPoolExecutor(max_workers=25) as pool:
+        for trial in range(20):
+            app = f"burst{trial}"
+            _create(api, ns, placement(f"once-{trial}", f"once-{trial:04d}", {"app": app}, node.name, ["gpu-0/10"]))
+            name = f"once-{trial}"
+            wait_for("placement cached by both replicas", lambda n=name: _cached_everywhere(s, ns, n, api), 20, 0.1)
+            pods = list(
+                pool.map(lambda i, app=app: core.create_namespaced_pod(ns, _gpu_pod(f"{app}-{i}", app)), range(50))
+            )
+            claimed = [p for p in pods if hp.POD_CLAIM in (p.metadata.annotations or {})]
+            claims_per_trial.append(len(claimed))
+            status = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                hp.GROUP, hp.VERSION, ns, hp.PLURAL, f"once-{trial}"
+            )["status"]
+            assert len(claimed) == 1, f"trial {trial}: {len(claimed)} pods claimed"
+            assert claimed[0].metadata.annotations[hp.POD_CLAIM] == status["claim"]
+            core.delete_collection_namespaced_pod(ns, label_selector=f"app={app}")
+    assert claims_per_trial == [1] * 20
+    # both replicas really served admission requests
+    assert all(c > 0 for c in s.proxy.connections), s.proxy.connections
+
+
+def _cached_everywhere(s: AgentSet, ns: str, name: str, api) -> bool:
+    for a in s.agents:
+        items = json.loads(a.get(f"/api/v1/placements?namespace={ns}", _admin_token(api))[1]).get("items") or []
+        if name not in {i["name"] for i in items}:
+            return False
+    return True
+
+
+_TOKENS: dict[str, str] = {}
+
+
+def _token(api, ns: str, sa: str) -> str:
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    tr = core.create_namespaced_service_account_token(sa, ns, {"spec": {"expirationSeconds": 3600}})
+    return tr.status.token
+
+
+def _admin_token(api) -> str:
+    if "admin" not in _TOKENS:
+        rbac = client.RbacAuthorizationV1Api(api)
+        try:
+            rbac.create_cluster_role_binding(
+                {
+                    "metadata": {"name": "hami-place-test-reader"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}],
+                }
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        _TOKENS["admin"] = _token(api, "default", "reader")
+    return _TOKENS["admin"]
+
+
+def test_rest_api_requires_a_token_and_rbac(api, agents, ans) -> None:
+    a = agents.agent
+    code, body = a.get("/api/v1/placements")
+    assert code == 401 and json.loads(body)["message"] == "a bearer token is required (Authorization: Bearer <token>)"
+    code, body = a.get("/api/v1/cluster-info", "not-a-real-token")
+    assert code == 401 and json.loads(body)["error"] == "Unauthenticated"
+    nobody = _token(api, ans, "nobody")
+    code, body = a.get("/api/v1/placements", nobody)
+    assert code == 403
+    who = f"system:serviceaccount:{ans}:nobody"
+    assert json.loads(body)["message"] == f"user {who} may not list {hp.PLURAL}.{hp.GROUP} cluster-wide"
+    code, body = a.get(f"/api/v1/placements?namespace={ans}", nobody)
+    assert code == 403 and f"in namespace {ans}" in json.loads(body)["message"]
+    code, body = a.get("/api/v1/cluster-info", _admin_token(api))
+    info = json.loads(body)
+    assert code == 200 and info["cluster"]["gpus"] >= 16 and info["nodes"][0]["gpus"][0]["uuid"].startswith("GPU-")
+    code, body = a.get("/api/v1/placements", _admin_token(api))
+    assert code == 200 and "items" in json.loads(body)
+
+
+def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents) -> None:
+    a = agents.agent
+    ctx = a.ssl_context()
+    cases = [
+        (b"not json", "AdmissionReview body is not JSON"),
+        (b"[]", "AdmissionReview body must be a JSON object"),
+        (b'{"kind":"Pod"}', "expected kind AdmissionReview, got 'Pod'"),
+        (b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2"}', "unsupported AdmissionReview apiVersion"),
+        (b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}', "AdmissionReview has no request object"),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":""}}',
+            "AdmissionReview request has no uid",
+        ),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE","object":7}}',
+            "request.object must be an object for CREATE",
+        ),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"u","operation":"CREATE",'
+            b'"object":{"metadata":[]}}}',
+            "request.object.metadata must be an object",
+        ),
+    ]
+    for path in ("/mutate", "/validate"):
+        for raw, message in cases:
+            req = urllib.request.Request(
+                a.url + path,
+                data=raw,
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=5, context=ctx)
+            assert e.value.code == 400
+            body = json.loads(e.value.read())
+            assert body["error"] == "InvalidRequest" and message in body["message"], body
+    assert a.get("/healthz")[0] == 200 and a.get("/readyz")[0] == 200
+    # a well-formed review of something we do not handle is admitted unchanged
+    ok = urllib.request.Request(
+        a.url + "/mutate",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps(
+            {
+                "kind": "AdmissionReview",
+                "apiVersion": "admission.k8s.io/v1",
+                "request": {"uid": "abc", "operation": "DELETE"},
+            }
+        ).encode(),
+    )
+    with urllib.request.urlopen(
+        ok, timeout=5, context=ssl.create_default_context(cadata=agents.ca.cert_pem.decode())
+    ) as resp:
+        assert json.loads(resp.read())["response"] == {"uid": "abc", "allowed": True}
+
+
+def test_restart_loses_nothing_and_consumes_nothing_twice(api, testbed, agent_set) -> None:
+    s = agent_set("restart")
+    ns = s.namespace("restart")
+    core = client.CoreV1Api(api)
+    node = testbed.nodes[2]
+    for i in range(3):
+        _create(api, ns, placement(f"r{i}", f"restart-{i:03d}", {"app": "r"}, node.name, [f"gpu-{i}/20"]))
+    # one claim in flight when the agent dies
+    first = core.create_namespaced_pod(ns, _gpu_pod("r-a", "r"))
+    assert hp.POD_CLAIM in first.metadata.annotations
+    s.agent.kill()
+    # while it is down, pods are admitted unchanged (failurePolicy Ignore) and nothing is consumed
+    down = core.create_namespaced_pod(ns, _gpu_pod("r-down", "r"))
+    assert hp.POD_CLAIM not in (down.metadata.annotations or {})
+    s.agent.start()
+    for name in ("r-b", "r-c", "r-d"):
+        core.create_namespaced_pod(ns, _gpu_pod(name, "r"))
+    wait_for("three placements Bound", lambda: [_phase(api, ns, f"r{i}") for i in range(3)] == ["Bound"] * 3, 30)
+    pods = core.list_namespaced_pod(ns).items
+    claims = [p.metadata.annotations.get(hp.POD_CLAIM) for p in pods if hp.POD_CLAIM in (p.metadata.annotations or {})]
+    assert len(claims) == 3 and len(set(claims)) == 3
+    bound = {
+        client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, f"r{i}")[
+            "status"
+        ]["boundPod"]
+        for i in range(3)
+    }
+    assert bound == {"r-a", "r-b", "r-c"}  # the in-flight claim survived the crash; r-d got nothing
