@@ -176,6 +176,10 @@ class PlacementController:
             ],
         )
         updated = await write_status(self.kube, self.cache, p, status)
-        self.events.fire(
-            self.events.on_placement(updated, reason, message, "Normal" if phase == hp.COMPLETED else "Warning")
-        )
+        kind = "Normal" if phase == hp.COMPLETED else "Warning"
+        self.events.fire(self.events.on_placement(updated, reason, message, kind))
+        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
+        if pod is not None:
+            meta = pod["metadata"]
+            note = f"HamiPodPlacement {p.name}: {message}"
+            self.events.fire(self.events.on_pod(p.namespace, meta["name"], meta.get("uid", ""), reason, note, kind))

@@ -299,3 +299,49 @@ def test_restart_loses_nothing_and_consumes_nothing_twice(api, testbed, agent_se
         for i in range(3)
     }
     assert bound == {"r-a", "r-b", "r-c"}  # the in-flight claim survived the crash; r-d got nothing
+
+
+def test_sse_streams_phase_transitions_and_metrics_count_them(api, agents, ans, testbed) -> None:
+    import threading
+
+    a = agents.agent
+    _create(api, ans, placement("watched", "watched-01", {"app": "w"}, testbed.nodes[0].name, ["gpu-1/10"]))
+    wait_for("cached", lambda: _cached_everywhere(agents, ans, "watched", api), 20)
+    req = urllib.request.Request(  # noqa: S310
+        f"{a.url}/api/v1/placements/{ans}/watched/events", headers={"Authorization": f"Bearer {_admin_token(api)}"}
+    )
+    events: list[dict] = []
+
+    def read() -> None:
+        with urllib.request.urlopen(req, timeout=30, context=a.ssl_context()) as resp:  # noqa: S310
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            for raw in resp:
+                line = raw.decode().strip()
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                if len(events) >= 3:
+                    return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_for("the first event", lambda: events, 10)
+    client.CoreV1Api(api).create_namespaced_pod(ans, _gpu_pod("watched-pod", "w"))
+    reader.join(20)
+    assert [e["phase"] for e in events] == ["Pending", "Claimed", "Bound"]
+    assert events[-1]["boundPod"] == "watched-pod" and events[-1]["targetUUIDs"] == [testbed.nodes[0].gpu_uuid(1)]
+
+    code, body = a.get(f"/api/v1/placements/{ans}/nope/events", _admin_token(api))
+    assert code == 404 and json.loads(body)["message"] == f"placement {ans}/nope not found"
+    code, body = a.get("/metrics")
+    text = body.decode()
+    assert code == 200
+    for metric in (
+        "hami_place_claims_total",
+        "hami_place_admission_seconds_bucket",
+        'hami_place_cache_synced{resource="pods"} 1.0',
+        "hami_place_phase_transitions_total",
+        "hami_place_claim_lease_expiries_total",
+    ):
+        assert metric in text, metric
+    claims = next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("hami_place_claims_total "))
+    assert claims >= 1
