@@ -307,13 +307,13 @@ def test_sse_streams_phase_transitions_and_metrics_count_them(api, agents, ans, 
     a = agents.agent
     _create(api, ans, placement("watched", "watched-01", {"app": "w"}, testbed.nodes[0].name, ["gpu-1/10"]))
     wait_for("cached", lambda: _cached_everywhere(agents, ans, "watched", api), 20)
-    req = urllib.request.Request(  # noqa: S310
+    req = urllib.request.Request(
         f"{a.url}/api/v1/placements/{ans}/watched/events", headers={"Authorization": f"Bearer {_admin_token(api)}"}
     )
     events: list[dict] = []
 
     def read() -> None:
-        with urllib.request.urlopen(req, timeout=30, context=a.ssl_context()) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=30, context=a.ssl_context()) as resp:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             for raw in resp:
                 line = raw.decode().strip()
