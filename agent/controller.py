@@ -54,7 +54,9 @@ class PlacementController:
                 await asyncio.wait_for(self.wake.wait(), self.settings.controller_interval_seconds)
 
     async def reconcile_all(self) -> None:
-        for bucket in list(self.cache.by_namespace.values()):
+        for namespace, bucket in list(self.cache.by_namespace.items()):
+            if namespace in self.settings.excluded_namespaces:
+                continue
             for p in list(bucket.values()):
                 if p.phase in (hp.CLAIMED, hp.BOUND):
                     try:

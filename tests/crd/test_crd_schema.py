@@ -500,8 +500,10 @@ def test_gpudevices_rules_apply_on_update_too(custom, ns) -> None:
 
 # ---- status subresource ---------------------------------------------------------------------
 
+# Terminal phases only: an agent running against the same test bed reconciles live phases
+# (a Bound placement whose pod does not exist becomes Failed), which is not what these tests test.
 FULL_STATUS = {
-    "phase": "Bound",
+    "phase": "Completed",
     "reason": "PodBound",
     "message": "pod my-job-abc12 bound to gpu-node-1 gpu-0",
     "conditions": [
@@ -635,13 +637,20 @@ def test_kubectl_printer_columns_category_and_explain(custom, ns, testbed, tmp_p
     args = (GROUP, VERSION, ns, PLURAL, "pin-gpu0")
     _create(custom, ns, _placement(ns, _spec(evictPod="my-job-old12", gpuDevices=["gpu-0/50", "gpu-1/50"])))
     custom.patch_namespaced_custom_object_status(
-        *args, {"status": {"phase": "Bound", "boundPod": "my-job-abc12", "message": "bound-to-target"}}
+        *args, {"status": {"phase": "Completed", "boundPod": "my-job-abc12", "message": "bound-to-target"}}
     )
 
     header, row = _kubectl(testbed, tmp_path, "get", "hpp", "-n", ns).splitlines()
     assert header.split() == ["NAME", "REQID", "NODE", "GPUS", "PHASE", "POD", "AGE"]
     cells = row.split()
-    assert cells[:6] == ["pin-gpu0", "pin-gpu0-001", "gpu-node-1", '["gpu-0/50","gpu-1/50"]', "Bound", "my-job-abc12"]
+    assert cells[:6] == [
+        "pin-gpu0",
+        "pin-gpu0-001",
+        "gpu-node-1",
+        '["gpu-0/50","gpu-1/50"]',
+        "Completed",
+        "my-job-abc12",
+    ]
 
     header, row = _kubectl(testbed, tmp_path, "get", "hamipodplacements", "-n", ns, "-o", "wide").splitlines()
     assert header.split() == ["NAME", "REQID", "NODE", "GPUS", "PHASE", "POD", "AGE", "EVICT", "MESSAGE"]
