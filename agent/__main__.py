@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
+from agent import logs
 from agent.app import create_app
 from agent.config import ConfigError, Settings
 
@@ -15,10 +15,7 @@ def main() -> int:
     except ConfigError as e:
         print(f"hami-place agent: bad configuration: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format='{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}',
-    )
+    logs.setup(settings.log_level)
     app = create_app(settings)
     ssl = {"cert": settings.tls_cert_file, "key": settings.tls_key_file} if settings.tls_cert_file else None
     app.run(host=settings.host, port=settings.port, ssl=ssl, single_process=True, access_log=False, motd=False)

@@ -1,0 +1,193 @@
+"""Pure logic of the agent: the pin patch, admission responses, config, and the informer's 410 path."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from agent.admission import Verdict, build_response, parse_review
+from agent.cache import Informer
+from agent.config import ConfigError, Settings
+from agent.errors import InvalidRequest
+from hami_place_core import kube_errors
+from hami_place_core.placement import pin_patch
+from hami_place_core.targets import parse_targets
+
+
+def apply_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """Minimal RFC 6902 `add` (the only op the pin uses), with ~0/~1 unescaping."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] == "add"
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = out
+        for p in parts[:-1]:
+            target = target[int(p)] if isinstance(target, list) else target[p]
+        target[parts[-1]] = op["value"]
+    return out
+
+
+POD = {
+    "metadata": {"generateName": "web-", "labels": {"app": "web"}},
+    "spec": {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                    ]
+                }
+            }
+        },
+        "containers": [
+            {"name": "side", "resources": {}},
+            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "cpu": "1"}}},
+        ],
+    },
+}
+
+
+def test_pin_patch_is_idempotent_and_ands_the_node_into_every_term() -> None:
+    targets = parse_targets(["gpu-0/50", "gpu-3/50"])
+    link = {"scheduling.hami.placement.com/claim": "abc"}
+    ops = pin_patch(POD, "n1", ["GPU-a", "GPU-d"], targets, link)
+    pinned = apply_patch(POD, ops)
+    assert pinned["metadata"]["annotations"] == {"nvidia.com/use-gpuuuid": "GPU-a,GPU-d", **link}
+    terms = pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    assert all(t["matchFields"] == [pin] for t in terms) and len(terms) == 2
+    main = pinned["spec"]["containers"][1]["resources"]
+    # /P replaces the memory request (gpumem would win over the percentage at Fit time)
+    assert main["limits"] == {
+        "nvidia.com/gpu": "2",
+        "cpu": "1",
+        "nvidia.com/gpumem-percentage": "50",
+        "nvidia.com/gpucores": "50",
+    }
+    assert main["requests"] == {
+        "nvidia.com/gpu": "2",
+        "nvidia.com/gpumem-percentage": "50",
+        "nvidia.com/gpucores": "50",
+    }
+    assert pinned["spec"]["containers"][0]["resources"] == {}  # the sidecar asks for no GPU and gets none
+    assert "nodeName" not in pinned["spec"]
+    assert pin_patch(pinned, "n1", ["GPU-a", "GPU-d"], targets, link) == []  # reinvocation: nothing to do
+
+
+def test_pin_patch_whole_gpu_keeps_the_pods_own_request() -> None:
+    ops = pin_patch(POD, "n1", ["GPU-b"], parse_targets(["gpu-1"]), {})
+    limits = apply_patch(POD, ops)["spec"]["containers"][1]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "cpu": "1"}
+
+
+def test_pin_patch_on_a_pod_without_affinity_or_gpu_containers() -> None:
+    pod = {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}
+    pinned = apply_patch(pod, pin_patch(pod, "n2", ["GPU-x"], parse_targets(["gpu-0"]), {"k": "v"}))
+    assert pinned["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert pinned["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+    }
+
+
+REVIEW = {
+    "kind": "AdmissionReview",
+    "apiVersion": "admission.k8s.io/v1",
+    "request": {
+        "uid": "u-1",
+        "operation": "CREATE",
+        "namespace": "ns",
+        "object": {"metadata": {}},
+        "userInfo": {"username": "alice"},
+        "dryRun": True,
+    },
+}
+
+
+def test_response_echoes_uid_and_carries_base64_jsonpatch() -> None:
+    review = parse_review(json.dumps(REVIEW))
+    assert review.dry_run and review.username == "alice"
+    ops = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+    out = build_response(review, Verdict(patch=ops, warnings=["w"]))
+    resp = out["response"]
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert resp["uid"] == "u-1" and resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(resp["patch"])) == ops and resp["warnings"] == ["w"]
+    plain = build_response(review, Verdict())["response"]
+    assert plain == {"uid": "u-1", "allowed": True}  # no patch, no patchType
+    denied = build_response(review, Verdict(allowed=False, code=422, reason="Invalid", message="no"))["response"]
+    assert denied["status"] == {"code": 422, "message": "no", "reason": "Invalid"}
+
+
+def test_review_garbage_is_invalid_request() -> None:
+    with pytest.raises(InvalidRequest, match="request.userInfo must be an object"):
+        parse_review(json.dumps({**REVIEW, "request": {**REVIEW["request"], "userInfo": "root"}}))
+
+
+def test_config_errors_name_the_variable(monkeypatch) -> None:
+    monkeypatch.setenv("HAMI_PLACE_PORT", "http")
+    with pytest.raises(ConfigError, match="HAMI_PLACE_PORT='http' is not an integer"):
+        Settings.from_env()
+    monkeypatch.setenv("HAMI_PLACE_PORT", "8083")
+    monkeypatch.setenv("HAMI_PLACE_TLS_CERT_FILE", "/x.crt")
+    with pytest.raises(ConfigError, match="must be set together"):
+        Settings.from_env()
+    monkeypatch.delenv("HAMI_PLACE_TLS_CERT_FILE")
+    monkeypatch.setenv("HAMI_PLACE_LEADER_ELECTION", "maybe")
+    with pytest.raises(ConfigError, match="is not a boolean"):
+        Settings.from_env()
+    monkeypatch.setenv("HAMI_PLACE_LEADER_ELECTION", "true")
+    monkeypatch.setenv("HAMI_PLACE_EXCLUDED_NAMESPACES", "kube-system, monitoring")
+    s = Settings.from_env()
+    assert s.leader_election and s.excluded_namespaces == ("kube-system", "monitoring")
+
+
+class FakeKube:
+    """Lists return the current objects; the first watch delivers one event then a 410."""
+
+    def __init__(self) -> None:
+        self.objects = {"a": {"metadata": {"name": "a", "resourceVersion": "1"}}}
+        self.lists = 0
+        self.watches = 0
+
+    async def list_all(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return list(self.objects.values()), str(10 * self.lists)
+
+    async def watch(self, path: str, rv: str):  # type: ignore[no-untyped-def]
+        self.watches += 1
+        if self.watches == 1:
+            yield {"type": "ADDED", "object": {"metadata": {"name": "b", "resourceVersion": "11"}}}
+            # meanwhile "b" was deleted and "c" created, and the watch window expired
+            self.objects["c"] = {"metadata": {"name": "c", "resourceVersion": "12"}}
+            raise kube_errors.Gone("too old resource version", status=410)
+        await asyncio.sleep(3600)
+        yield {}
+
+
+def test_informer_relists_on_410_and_reconciles_the_store() -> None:
+    async def scenario() -> tuple[Informer, FakeKube, list[tuple[str, str]]]:
+        kube = FakeKube()
+        inf = Informer(kube, "/x", "things")  # type: ignore[arg-type]
+        seen: list[tuple[str, str]] = []
+        inf.listeners.append(lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])))
+        task = asyncio.create_task(inf.run())
+        await asyncio.wait_for(inf.synced.wait(), 2)
+        while kube.lists < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return inf, kube, seen
+
+    inf, kube, seen = asyncio.run(scenario())
+    assert kube.lists == 2 and inf.relists == 2
+    assert set(inf.store) == {"a", "c"}  # b, seen only on the watch, is gone after the relist
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c"), ("DELETED", "b")]
+    assert inf.resource_version == "20"
