@@ -127,7 +127,7 @@ def test_response_echoes_uid_and_carries_base64_jsonpatch() -> None:
 
 
 def test_review_garbage_is_invalid_request() -> None:
-    with pytest.raises(InvalidRequest, match="request.userInfo must be an object"):
+    with pytest.raises(InvalidRequest, match=r"request\.userInfo must be an object"):
         parse_review(json.dumps({**REVIEW, "request": {**REVIEW["request"], "userInfo": "root"}}))
 
 
