@@ -30,6 +30,7 @@ from agent.controller import PlacementController
 from agent.errors import AgentError, NotFound, NotReady
 from agent.events import EventRecorder
 from agent.kube import AsyncKube, load_credentials
+from agent.leader import LeaderElector
 from agent.mutate import PodMutator
 from agent.validate import PlacementValidator
 from hami_place_core import placement as hp
@@ -70,15 +71,18 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
         app.ctx.mutator = PodMutator(s, cache, kube, events)
         app.ctx.validator = PlacementValidator(s, cache, kube)
         app.ctx.authorizer = Authorizer(kube)
-        app.ctx.controller = PlacementController(s, cache, kube, events)
+        app.ctx.leader = LeaderElector(s, kube)
+        app.ctx.controller = PlacementController(s, cache, kube, events, app.ctx.leader)
         cache.start()
+        app.ctx.leader_task = asyncio.create_task(app.ctx.leader.run(), name="leader-election")
         app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
         log.info("agent %s starting with %s", s.agent_id, json.dumps(s.describe(), default=str))
 
     @app.after_server_stop
     async def stop(app: Sanic) -> None:
         app.ctx.controller_task.cancel()
-        await asyncio.gather(app.ctx.controller_task, return_exceptions=True)
+        app.ctx.leader_task.cancel()
+        await asyncio.gather(app.ctx.controller_task, app.ctx.leader_task, return_exceptions=True)
         await app.ctx.cache.stop()
         await app.ctx.kube.close()
 
@@ -118,7 +122,7 @@ def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
     s: Settings = app.ctx.settings
     cache: ClusterCache = app.ctx.cache
     checks: dict[str, Any] = {}
-    for inf in (cache.nodes, cache.pods, cache.placements):
+    for inf in (cache.nodes, cache.pods, cache.placements, cache.namespaces):
         synced = inf.synced.is_set()
         metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if synced else 0)
         checks[f"cache-synced-{inf.name}"] = {"ok": synced, **({"lastError": inf.last_error} if inf.last_error else {})}
@@ -126,7 +130,14 @@ def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
         checks["certificate-loaded"] = {"ok": Path(s.tls_cert_file).is_file()}
     else:
         checks["certificate-loaded"] = {"ok": True, "note": "TLS disabled (HAMI_PLACE_TLS_CERT_FILE unset)"}
-    checks["leader"] = {"ok": True, "note": "leader election off" if not s.leader_election else "see controller"}
+    # Readiness never depends on leadership: every replica serves the webhooks.
+    is_leader = app.ctx.leader.is_leader
+    metrics.LEADER.set(1 if is_leader else 0)
+    checks["leader"] = {
+        "ok": True,
+        "leader": is_leader,
+        **({} if s.leader_election else {"note": "leader election off: this replica acts"}),
+    }
     return all(c["ok"] for c in checks.values()), checks
 
 
@@ -145,7 +156,8 @@ def health_bp() -> Blueprint:
     @bp.get("/metrics")
     async def prometheus(request: Request) -> r.HTTPResponse:
         readiness(request.app)  # refresh the cache gauges
-        for inf in (request.app.ctx.cache.nodes, request.app.ctx.cache.pods, request.app.ctx.cache.placements):
+        c = request.app.ctx.cache
+        for inf in (c.nodes, c.pods, c.placements, c.namespaces):
             metrics.CACHE_RELISTS.labels(resource=inf.name)._value.set(inf.relists)
         return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
 

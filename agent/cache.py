@@ -67,7 +67,26 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
                 {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("initContainers") or ()
             ],
         },
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
+        "status": {
+            "phase": (pod.get("status") or {}).get("phase"),
+            # Ready and PodScheduled: workload availability, and HAMi's Filter verdict
+            "conditions": [
+                {k: c.get(k) for k in ("type", "status", "reason", "message")}
+                for c in (pod.get("status") or {}).get("conditions") or ()
+                if c.get("type") in ("Ready", "PodScheduled")
+            ],
+        },
+    }
+
+
+def _trim_namespace(ns: Mapping[str, Any]) -> dict[str, Any]:
+    meta = ns.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "labels": meta.get("labels") or {},
+        }
     }
 
 
@@ -170,6 +189,7 @@ class ClusterCache:
         self.nodes = Informer(kube, "/api/v1/nodes", "nodes")
         self.pods = Informer(kube, "/api/v1/pods", "pods", transform=trim_pod)
         self.placements = Informer(kube, f"/apis/{hp.GROUP}/{hp.VERSION}/{hp.PLURAL}", "placements")
+        self.namespaces = Informer(kube, "/api/v1/namespaces", "namespaces", transform=_trim_namespace)
         self.by_namespace: dict[str, dict[str, Placement]] = {}
         self.pods_by_claim: dict[str, str] = {}  # claim token (pod annotation) -> pod key
         self.placements.listeners.append(self._index_placement)
@@ -205,8 +225,11 @@ class ClusterCache:
             if claim:
                 self.pods_by_claim[claim] = key
 
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        return dict(((self.namespaces.store.get(name) or {}).get("metadata") or {}).get("labels") or {})
+
     def start(self) -> None:
-        for inf in (self.nodes, self.pods, self.placements):
+        for inf in (self.nodes, self.pods, self.placements, self.namespaces):
             self._tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
 
     async def stop(self) -> None:
@@ -216,12 +239,13 @@ class ClusterCache:
 
     @property
     def ready(self) -> bool:
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.placements))
+        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.placements, self.namespaces))
 
     async def wait_ready(self, timeout: float) -> bool:
         try:
             await asyncio.wait_for(
-                asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.placements))), timeout
+                asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.placements, self.namespaces))),
+                timeout,
             )
         except TimeoutError:
             return False

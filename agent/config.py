@@ -73,10 +73,20 @@ class Settings:
     controller_interval_seconds: float = 1.0
     cache_sync_timeout_seconds: float = 60.0
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    # Only act on placements in namespaces with these labels ("k=v,k2=v2"; empty: all namespaces).
+    namespace_selector: str = ""
     leader_election: bool = False
     lease_name: str = "hami-place-agent"
     lease_duration_seconds: int = 15
     validation_enabled: bool = True  # a test switch for issue-6 style checks; never off in production
+    max_moves_in_flight: int = 4
+    max_moves_per_node: int = 2
+    max_unavailable_per_workload: int = 1
+    eviction_qps: float = 1.0
+    eviction_burst: int = 3
+    eviction_backoff_max_seconds: int = 30
+    eviction_timeout_seconds: int = 300  # when a placement has no spec.timeouts (the CRD defaults it)
+    replacement_timeout_seconds: int = 600
     log_level: str = "INFO"
 
     @classmethod
@@ -94,17 +104,32 @@ class Settings:
             controller_interval_seconds=_env_float("HAMI_PLACE_CONTROLLER_INTERVAL_SECONDS", 1.0, 0.05),
             cache_sync_timeout_seconds=_env_float("HAMI_PLACE_CACHE_SYNC_TIMEOUT_SECONDS", 60.0, 1),
             excluded_namespaces=_env_list("HAMI_PLACE_EXCLUDED_NAMESPACES", "kube-system"),
+            namespace_selector=_env_str("HAMI_PLACE_NAMESPACE_SELECTOR", ""),
             leader_election=_env_bool("HAMI_PLACE_LEADER_ELECTION", False),
             lease_name=_env_str("HAMI_PLACE_LEASE_NAME", cls.lease_name),
             lease_duration_seconds=_env_int("HAMI_PLACE_LEASE_DURATION_SECONDS", 15, 2),
             validation_enabled=_env_bool("HAMI_PLACE_VALIDATION_ENABLED", True),
+            max_moves_in_flight=_env_int("HAMI_PLACE_MAX_MOVES_IN_FLIGHT", 4, 1),
+            max_moves_per_node=_env_int("HAMI_PLACE_MAX_MOVES_PER_NODE", 2, 1),
+            max_unavailable_per_workload=_env_int("HAMI_PLACE_MAX_UNAVAILABLE_PER_WORKLOAD", 1, 1),
+            eviction_qps=_env_float("HAMI_PLACE_EVICTION_QPS", 1.0, 0.01),
+            eviction_burst=_env_int("HAMI_PLACE_EVICTION_BURST", 3, 1),
+            eviction_backoff_max_seconds=_env_int("HAMI_PLACE_EVICTION_BACKOFF_MAX_SECONDS", 30, 1),
+            eviction_timeout_seconds=_env_int("HAMI_PLACE_EVICTION_TIMEOUT_SECONDS", 300, 1),
+            replacement_timeout_seconds=_env_int("HAMI_PLACE_REPLACEMENT_TIMEOUT_SECONDS", 600, 1),
             log_level=_env_str("HAMI_PLACE_LOG_LEVEL", "INFO").upper(),
         )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):
             raise ConfigError("HAMI_PLACE_TLS_CERT_FILE and HAMI_PLACE_TLS_KEY_FILE must be set together")
+        for term in (t for t in s.namespace_selector.split(",") if t.strip()):
+            if term.count("=") != 1 or not all(x.strip() for x in term.split("=")):
+                raise ConfigError(f"HAMI_PLACE_NAMESPACE_SELECTOR term {term!r} must be key=value")
         if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"HAMI_PLACE_LOG_LEVEL={s.log_level!r} must be DEBUG, INFO, WARNING or ERROR")
         return s
+
+    def namespace_labels(self) -> dict[str, str]:
+        return dict(t.strip().split("=", 1) for t in self.namespace_selector.split(",") if t.strip())
 
     def describe(self) -> dict[str, object]:
         """The effective configuration, logged at start-up (no secrets are held here)."""

@@ -18,6 +18,8 @@ from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
+from agent.leader import LeaderElector
+from agent.mover import Mover
 from agent.status import condition, merge_conditions, now_rfc3339, parse_rfc3339, write_status
 from hami_place_core import annotations as ann
 from hami_place_core import kube_errors
@@ -30,11 +32,20 @@ _CLAIM_FIELDS = ("claim", "claimedBy", "claimedAt", "claimLeaseExpiresAt", "targ
 
 
 class PlacementController:
-    def __init__(self, settings: Settings, cache: ClusterCache, kube: AsyncKube, events: EventRecorder) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        cache: ClusterCache,
+        kube: AsyncKube,
+        events: EventRecorder,
+        leader: LeaderElector | None = None,
+    ) -> None:
         self.settings = settings
         self.cache = cache
         self.kube = kube
         self.events = events
+        self.leader = leader
+        self.mover = Mover(settings, cache, kube, events)
         self.wake = asyncio.Event()
         cache.pods.listeners.append(lambda *_: self.wake.set())
         cache.placements.listeners.append(lambda *_: self.wake.set())
@@ -54,17 +65,35 @@ class PlacementController:
                 await asyncio.wait_for(self.wake.wait(), self.settings.controller_interval_seconds)
 
     async def reconcile_all(self) -> None:
-        for namespace, bucket in list(self.cache.by_namespace.items()):
-            if namespace in self.settings.excluded_namespaces:
-                continue
-            for p in list(bucket.values()):
+        if self.leader is not None and not self.leader.is_leader:
+            return  # only the lease holder acts; every replica still serves the webhooks
+        work = [
+            p
+            for namespace, bucket in list(self.cache.by_namespace.items())
+            if self._serves(namespace)
+            for p in bucket.values()
+            if p.phase in (hp.CLAIMED, hp.BOUND) or (p.evict_pod and p.phase in (hp.PENDING, hp.EVICTING, hp.WAITING))
+        ]
+        # Oldest first: moves waiting for a slot are served in the order they were asked for.
+        work.sort(key=lambda p: ((p.raw.get("metadata") or {}).get("creationTimestamp", ""), p.key))
+        for p in work:
+            try:
+                if p.evict_pod:
+                    await self.mover.reconcile(p)
+                    p = self.cache.placement(p.namespace, p.name) or p
                 if p.phase in (hp.CLAIMED, hp.BOUND):
-                    try:
-                        await self.reconcile(p)
-                    except kube_errors.Conflict:
-                        pass  # someone moved it on; the next pass sees the new version
-                    except kube_errors.NotFound:
-                        pass
+                    await self.reconcile(p)
+            except (kube_errors.Conflict, kube_errors.NotFound):
+                pass  # someone moved it on; the next pass sees the new version
+
+    def _serves(self, namespace: str) -> bool:
+        if namespace in self.settings.excluded_namespaces:
+            return False
+        wanted = self.settings.namespace_labels()
+        if not wanted:
+            return True
+        labels = self.cache.namespace_labels(namespace)
+        return all(labels.get(k) == v for k, v in wanted.items())
 
     def _claimed_pod(self, p: Placement) -> dict[str, Any] | None:
         key = self.cache.pods_by_claim.get(p.claim or "")
@@ -113,9 +142,12 @@ class PlacementController:
 
     async def _release(self, p: Placement) -> None:
         status = {k: v for k, v in p.status.items() if k not in _CLAIM_FIELDS}
+        # A move whose pod was already evicted goes back to waiting for a replacement, never to
+        # Pending: that would evict a second pod for the same reqID.
+        back_to = hp.WAITING if p.evict_pod and p.status.get("evictedAt") else hp.PENDING
         status.update(
             {
-                "phase": hp.PENDING,
+                "phase": back_to,
                 "reason": "ClaimLeaseExpired",
                 "message": (
                     f"the pod claimed at {p.status.get('claimedAt')} never appeared "
@@ -143,7 +175,10 @@ class PlacementController:
         allocated = ann.decode_pod_devices((pod["metadata"].get("annotations") or {}).get(ann.POD_DEVICES_ALLOCATED))
         uuids = sorted({d.uuid for c in allocated.containers for d in c})
         if not uuids:
+            await self._report_scheduling(p, pod)
             return  # not allocated yet
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return  # allocated; wait until it runs
         target = sorted(p.status.get("targetUUIDs") or [])
         if uuids == target:
             await self._finish(
@@ -163,6 +198,24 @@ class PlacementController:
                 allocated=uuids,
             )
 
+    async def _report_scheduling(self, p: Placement, pod: dict[str, Any]) -> None:
+        """While the pinned pod waits, show the scheduler's verdict (e.g. HAMi's FilteringFailed)."""
+        cond = next(
+            (
+                c
+                for c in (pod.get("status") or {}).get("conditions") or ()
+                if c.get("type") == "PodScheduled" and c.get("status") == "False"
+            ),
+            None,
+        )
+        if cond is None:
+            return
+        reason = str(cond.get("reason") or "Unschedulable")
+        message = f"pod {p.status.get('boundPod')} is not scheduled yet: {cond.get('message') or reason}"
+        if p.status.get("reason") == reason and p.status.get("message") == message:
+            return
+        await write_status(self.kube, self.cache, p, {**p.status, "reason": reason, "message": message[:4096]})
+
     async def _finish(
         self, p: Placement, phase: str, reason: str, message: str, allocated: list[str] | None = None
     ) -> None:
@@ -171,6 +224,8 @@ class PlacementController:
             status["allocatedDevices"] = allocated
         if phase == hp.COMPLETED:
             status["consumedAt"] = now_rfc3339()
+            if p.evict_pod:
+                metrics.MOVES.labels(step="completed").inc()
         status["conditions"] = merge_conditions(
             p.status.get("conditions") or [],
             [

@@ -26,6 +26,16 @@ TRANSITIONS = Counter(
     ["phase"],
     registry=REGISTRY,
 )
+EVICTIONS = Counter(
+    "hami_place_evictions_total",
+    "Eviction API calls, by result (accepted, blocked by a PDB).",
+    ["result"],
+    registry=REGISTRY,
+)
+MOVES = Counter(
+    "hami_place_moves_total", "Move steps reached (evicted, completed, failed).", ["step"], registry=REGISTRY
+)
+LEADER = Gauge("hami_place_leader", "1 while this replica holds the controller lease.", registry=REGISTRY)
 ERRORS = Counter("hami_place_errors_total", "Errors, by kind.", ["kind"], registry=REGISTRY)
 CACHE_SYNCED = Gauge(
     "hami_place_cache_synced", "1 when the informer has finished its first list.", ["resource"], registry=REGISTRY

@@ -70,7 +70,10 @@ class PodMutator:
         labels = meta.get("labels") or {}
         candidates = []
         for p in self.cache.placements_in(review.namespace):
-            if p.phase != hp.PENDING or p.target_error:
+            # A pin is claimable while Pending; a move only once its pod was evicted (WaitingForPod):
+            # before that, a new pod of the workload must not take the target from the one moving.
+            claimable = hp.WAITING if p.evict_pod else hp.PENDING
+            if p.phase != claimable or p.target_error:
                 continue
             try:
                 if matches(p.selector, labels):
@@ -148,7 +151,7 @@ class PodMutator:
             except kube_errors.Conflict:
                 metrics.CLAIM_CONFLICTS.inc()
                 fresh = await reread(self.kube, self.cache, p)
-                if fresh is None or fresh.phase != hp.PENDING:
+                if fresh is None or fresh.phase != p.phase:
                     return None
                 p = fresh
                 status = {**status, **{k: v for k, v in p.status.items() if k not in status}}

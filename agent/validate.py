@@ -23,12 +23,15 @@ from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.placement import Placement
 from hami_place_core.requests import GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
-from hami_place_core.state import NodeState, pod_allocation
+from hami_place_core.state import pod_allocation
 from hami_place_core.targets import TargetError, TargetSpec, resolve
 
 log = logging.getLogger("hami_place.agent.validate")
 
-RECREATING_OWNERS = ("ReplicaSet", "StatefulSet", "Job", "ReplicationController")
+# Jobs are refused: an evicted Job pod restarts its work from the beginning, which is a rerun,
+# not a move. Documented in docs/agent.md.
+RECREATING_OWNERS = ("ReplicaSet", "StatefulSet", "ReplicationController")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def _deny(message: str) -> Verdict:
@@ -97,97 +100,19 @@ class PlacementValidator:
                 errors.append(
                     f"reqID {p.req_id!r} is already used by placement {other.name} in namespace {p.namespace}"
                 )
-        node = self.cache.state.nodes.get(p.node)
-        matched = self._matching_pods(p)
-        if node is None:
-            errors.append(f"node {p.node} not found")
-        elif p.targets is not None:
-            errors += self._check_target(p, p.targets, node, matched, warnings)
+        errors += check_target(self.cache, p, warnings)
         if p.evict_pod:
-            errors += await self._check_evict(p, review)
+            errors += check_evict_pod(self.cache, p)
+            if not any(e.startswith(f"evictPod {p.evict_pod} not found") for e in errors):
+                allowed, why = await self._may_evict(review, p.namespace, p.evict_pod)
+                if not allowed:
+                    errors.append(
+                        f"user {review.username or '<unknown>'} may not create pods/eviction in namespace {p.namespace}"
+                        f"{': ' + why if why else ''}; hami-place evicts only what the requester could evict"
+                    )
         if errors:
             return _deny("; ".join(errors))
         return Verdict(warnings=warnings)
-
-    def _matching_pods(self, p: Placement) -> list[dict[str, Any]]:
-        out = []
-        for pod in self.cache.pods.store.values():
-            meta = pod.get("metadata") or {}
-            if meta.get("namespace") != p.namespace or meta.get("deletionTimestamp"):
-                continue
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            try:
-                if matches(p.selector, meta.get("labels")):
-                    out.append(pod)
-            except SelectorError:
-                return []
-        return out
-
-    def _check_target(
-        self, p: Placement, targets: TargetSpec, node: NodeState, matched: list[dict[str, Any]], warnings: list[str]
-    ) -> list[str]:
-        try:
-            gpus = resolve(targets, node)
-        except TargetError as e:
-            return [str(e)]
-        errors = []
-        for g in gpus:
-            if not g.health:
-                errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy")
-            elif g.uuid in node.cordoned:
-                errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)")
-        if errors:
-            return errors
-        # The usage of the pod being moved does not count against its own target.
-        usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
-        mover = next((m for m in matched if (m.get("metadata") or {}).get("name") == p.evict_pod), None)
-        alloc = pod_allocation(mover) if mover else None
-        if alloc and alloc.node == node.name:
-            for uuid, (slots, mem, cores) in alloc.per_gpu.items():
-                if uuid in usage:
-                    usage[uuid].used -= slots
-                    usage[uuid].usedmem -= mem
-                    usage[uuid].usedcores -= cores
-        base = pod_request(mover or matched[0], webhook=True) if (mover or matched) else None
-        if base is None:
-            warnings.append(
-                "hami-place: no pod matches podSelector yet; capacity was checked for "
-                + (f"a {targets.percent}% share" if targets.percent is not None else "whole GPUs")
-            )
-        request = target_request(base, targets)
-        result = fit_pod(request, gpus, usage, node.cordoned, exact=True)
-        if not result.ok:
-            names = {g.uuid: f"gpu-{g.index}" for g in gpus}
-            return [f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"]
-        return []
-
-    async def _check_evict(self, p: Placement, review: Review) -> list[str]:
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
-        errors = []
-        if pod is None:
-            return [f"evictPod {p.evict_pod} not found in namespace {p.namespace}"]
-        meta = pod.get("metadata") or {}
-        owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-        if owner is None:
-            errors.append(f"evictPod {p.evict_pod} has no controller owner: nothing would recreate it after eviction")
-        elif owner.get("kind") not in RECREATING_OWNERS:
-            errors.append(f"evictPod {p.evict_pod} is owned by a {owner.get('kind')}, which hami-place does not move")
-        try:
-            if not matches(p.selector, meta.get("labels")):
-                errors.append(
-                    f"evictPod {p.evict_pod} does not match podSelector: "
-                    "its replacement would never claim this placement"
-                )
-        except SelectorError as e:
-            errors.append(str(e))
-        allowed, why = await self._may_evict(review, p.namespace, p.evict_pod or "")
-        if not allowed:
-            errors.append(
-                f"user {review.username or '<unknown>'} may not create pods/eviction in namespace {p.namespace}"
-                f"{': ' + why if why else ''}; hami-place evicts only what the requester could evict"
-            )
-        return errors
 
     async def _may_evict(self, review: Review, namespace: str, pod: str) -> tuple[bool, str]:
         user = review.user
@@ -212,3 +137,92 @@ class PlacementValidator:
         result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
         status = result.get("status") or {}
         return bool(status.get("allowed")), str(status.get("reason") or "")
+
+
+# ---- checks shared with the mover, which re-runs them at execution time ----------------------------
+def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
+    out = []
+    for pod in cache.pods.store.values():
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") != p.namespace or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            if matches(p.selector, meta.get("labels")):
+                out.append(pod)
+        except SelectorError:
+            return []
+    return out
+
+
+def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list[str]:
+    """The node, the GPUs and room for the request; [] when the target is valid."""
+    node = cache.state.nodes.get(p.node)
+    if node is None:
+        return [f"node {p.node} not found"]
+    if p.targets is None:
+        return []
+    targets = p.targets
+    matched = matching_pods(cache, p)
+    try:
+        gpus = resolve(targets, node)
+    except TargetError as e:
+        return [str(e)]
+    errors = []
+    for g in gpus:
+        if not g.health:
+            errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy")
+        elif g.uuid in node.cordoned:
+            errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)")
+    if errors:
+        return errors
+    # The usage of the pod being moved does not count against its own target.
+    usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
+    mover = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}") if p.evict_pod else None
+    alloc = pod_allocation(mover) if mover else None
+    if alloc and alloc.node == node.name:
+        for uuid, (slots, mem, cores) in alloc.per_gpu.items():
+            if uuid in usage:
+                usage[uuid].used -= slots
+                usage[uuid].usedmem -= mem
+                usage[uuid].usedcores -= cores
+    sample = mover or (matched[0] if matched else None)
+    base = pod_request(sample, webhook=True) if sample else None
+    if base is None:
+        warnings.append(
+            "hami-place: no pod matches podSelector yet; capacity was checked for "
+            + (f"a {targets.percent}% share" if targets.percent is not None else "whole GPUs")
+        )
+    request = target_request(base, targets)
+    result = fit_pod(request, gpus, usage, node.cordoned, exact=True)
+    if not result.ok:
+        names = {g.uuid: f"gpu-{g.index}" for g in gpus}
+        return [f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"]
+    return []
+
+
+def check_evict_pod(cache: ClusterCache, p: Placement) -> list[str]:
+    """evictPod exists, a controller recreates it, and its replacement will match the selector."""
+    pod = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+    if pod is None:
+        return [f"evictPod {p.evict_pod} not found in namespace {p.namespace}"]
+    meta = pod.get("metadata") or {}
+    errors = []
+    if meta.get("annotations", {}).get(MIRROR_ANNOTATION):
+        return [f"evictPod {p.evict_pod} is a static (mirror) pod: only its node's kubelet can move it"]
+    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    if owner is None:
+        errors.append(f"evictPod {p.evict_pod} has no controller owner: nothing would recreate it after eviction")
+    elif owner.get("kind") == "DaemonSet":
+        errors.append(f"evictPod {p.evict_pod} belongs to DaemonSet {owner.get('name')}, which runs one pod per node")
+    elif owner.get("kind") not in RECREATING_OWNERS:
+        errors.append(f"evictPod {p.evict_pod} is owned by a {owner.get('kind')}, which hami-place does not move")
+    try:
+        if not matches(p.selector, meta.get("labels")):
+            errors.append(
+                f"evictPod {p.evict_pod} does not match podSelector: its replacement would never claim this placement"
+            )
+    except SelectorError as e:
+        errors.append(str(e))
+    return errors

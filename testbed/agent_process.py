@@ -34,7 +34,9 @@ class AgentProcess:
         ca: CertificateAuthority,
         name: str = "agent",
         env: dict[str, str] | None = None,
+        label: str = "single",
     ) -> None:
+        self.label = label
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.ca = ca
@@ -60,6 +62,8 @@ class AgentProcess:
             "HAMI_PLACE_AGENT_ID": self.name,
             "HAMI_PLACE_CLAIM_LEASE_SECONDS": "30",
             "HAMI_PLACE_EXCLUDED_NAMESPACES": "kube-system",
+            # Each agent set acts only on its own namespaces, as its webhooks do.
+            "HAMI_PLACE_NAMESPACE_SELECTOR": f"hami-place-agent={self.label}",
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         }

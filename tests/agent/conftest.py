@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import secrets
 import time
@@ -41,6 +42,61 @@ def install_crd(api: Any) -> None:
     raise AssertionError("CRD never became Established")
 
 
+_SETS: dict[str, AgentSet] = {}  # namespace label value -> the running agent set serving it
+_TOKENS: dict[str, str] = {}
+
+
+def sa_token(api: Any, ns: str, sa: str) -> str:
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return str(core.create_namespaced_service_account_token(sa, ns, {"spec": {"expirationSeconds": 3600}}).status.token)
+
+
+def admin_token(api: Any) -> str:
+    """A bearer token with cluster-admin, for the agent's REST API."""
+    if "admin" not in _TOKENS:
+        rbac = client.RbacAuthorizationV1Api(api)
+        try:
+            rbac.create_cluster_role_binding(
+                {
+                    "metadata": {"name": "hami-place-test-reader"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}],
+                }
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        _TOKENS["admin"] = sa_token(api, "default", "reader")
+    return _TOKENS["admin"]
+
+
+def create_placement(api: Any, ns: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """Create a placement and, unless dry-run, wait until every agent serving `ns` has it cached:
+    a pod created in the same millisecond could otherwise reach an agent whose watch is behind."""
+    obj = client.CustomObjectsApi(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, **kw)
+    if kw.get("dry_run"):
+        return dict(obj)
+    label = (client.CoreV1Api(api).read_namespace(ns).metadata.labels or {}).get("hami-place-agent", "")
+    s = _SETS.get(label)
+    if s is not None:
+        name = body["metadata"]["name"]
+        deadline = time.monotonic() + 20
+        while not s.has_cached(ns, name, api):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"placement {ns}/{name} never reached the agents' caches")
+            time.sleep(0.05)
+    return dict(obj)
+
+
 class AgentSet:
     """One or more agent replicas behind one webhook registration, for namespaces labelled with `label`."""
 
@@ -56,7 +112,7 @@ class AgentSet:
         self.testbed, self.api, self.label = testbed, api, label
         self.ca = CertificateAuthority(f"agent-{label}-ca")
         self.agents = [
-            AgentProcess(workdir, testbed.kubeconfig, self.ca, name=f"agent-{label}-{i}", env=env)
+            AgentProcess(workdir, testbed.kubeconfig, self.ca, name=f"agent-{label}-{i}", env=env, label=label)
             for i in range(replicas)
         ]
         self.proxy: RoundRobinProxy | None = None
@@ -85,6 +141,7 @@ class AgentSet:
                 delete(self.config_name)
             create(body)
         self._wait_active()
+        _SETS[self.label] = self
         return self
 
     def _wait_active(self) -> None:
@@ -117,10 +174,18 @@ class AgentSet:
                     raise
                 time.sleep(0.05)
 
+    def has_cached(self, ns: str, name: str, api: Any) -> bool:
+        for a in self.agents:
+            code, body = a.get(f"/api/v1/placements?namespace={ns}", admin_token(api))
+            if code != 200 or name not in {i["name"] for i in json.loads(body).get("items") or []}:
+                return False
+        return True
+
     def logs(self) -> str:
         return "\n".join(f"===== {a.name} =====\n{a.log_tail(40)}" for a in self.agents)
 
     def stop(self) -> None:
+        _SETS.pop(self.label, None)
         adm = client.AdmissionregistrationV1Api(self.api)
         for delete in (adm.delete_mutating_webhook_configuration, adm.delete_validating_webhook_configuration):
             with contextlib.suppress(ApiException):

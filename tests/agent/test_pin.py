@@ -10,7 +10,7 @@ from kubernetes.client import ApiException
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from tests.agent.conftest import placement
+from tests.agent.conftest import create_placement, placement
 from tests.helpers import deployment, wait_for
 
 pytestmark = pytest.mark.testbed
@@ -22,10 +22,6 @@ def custom(api):
 
 def get_placement(api, ns, name):
     return custom(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name)
-
-
-def create_placement(api, ns, body, **kw):
-    return custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, **kw)
 
 
 def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed) -> None:

@@ -1,0 +1,103 @@
+"""STAND-IN for HAMi's Filter annotation write, used only because the real HAMi scheduler cannot be
+built here (its Go module is not served by the module proxy; see docs/testing.md).
+
+HAMi's extender, at Filter, picks GPUs and patches ``hami.io/vgpu-node`` and
+``hami.io/vgpu-devices-allocated`` (``pkg/scheduler/scheduler.go``). This thread does the same for
+pods the test bed's stand-in ``hami-scheduler`` profile has bound and that carry
+``nvidia.com/use-gpuuuid`` (the pinned ones): it allocates exactly those UUIDs, with the memory and
+cores HAMi's Fit would charge. It never chooses GPUs itself, so a test judged by it proves the
+agent's side (pin, confirm, complete) but not HAMi's honouring of the pin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from hami_place_core import annotations as ann
+from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice
+from hami_place_core.requests import pod_request
+
+
+class AllocationStandIn:
+    def __init__(self, api: Any, namespaces: set[str] | None = None, interval: float = 0.2) -> None:
+        self.api = api
+        self.namespaces = namespaces
+        self.interval = interval
+        self.allocated: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="hami-allocation-standin")
+
+    def start(self) -> AllocationStandIn:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api)
+        while not self._stop.is_set():
+            # a test helper keeps polling through API hiccups
+            with contextlib.suppress(Exception):
+                self._pass(core)
+            self._stop.wait(self.interval)
+
+    def _pass(self, core: Any) -> None:
+        pods = self.api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+        nodes: dict[str, Any] = {}
+        for pod in pods:
+            meta, spec = pod["metadata"], pod["spec"]
+            if self.namespaces is not None and meta["namespace"] not in self.namespaces:
+                continue
+            annotations = meta.get("annotations") or {}
+            node = spec.get("nodeName")
+            uuids = ann.split_list(annotations.get(ann.USE_GPU_UUID))
+            if (
+                spec.get("schedulerName") != "hami-scheduler"
+                or not node
+                or not uuids
+                or ann.POD_DEVICES_ALLOCATED in annotations
+                or meta.get("deletionTimestamp")
+            ):
+                continue
+            if node not in nodes:
+                raw = core.read_node(node).metadata.annotations or {}
+                nodes[node] = {d.uuid: d for d in ann.decode_register(raw.get(ann.NODE_REGISTER)).devices}
+            devices = nodes[node]
+            request = pod_request(pod)
+            containers: list[list[ContainerDevice]] = []
+            for req in request.containers:
+                if req is None:
+                    containers.append([])
+                    continue
+                containers.append(
+                    [
+                        ContainerDevice(
+                            u, NVIDIA_DEVICE_TYPE, req.memory_on(devices[u].devmem) if u in devices else 0, req.coresreq
+                        )
+                        for u in uuids[: req.nums]
+                    ]
+                )
+            encoded = ann.encode_pod_devices(containers)
+            core.patch_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                {
+                    "metadata": {
+                        "annotations": {
+                            ann.POD_VGPU_NODE: node,
+                            ann.POD_VGPU_TIME: str(int(time.time())),
+                            ann.POD_DEVICES_TO_ALLOCATE: encoded,
+                            ann.POD_DEVICES_ALLOCATED: encoded,
+                            ann.POD_BIND_PHASE: "success",
+                        }
+                    }
+                },
+            )
+            self.allocated.append(f"{meta['namespace']}/{meta['name']}")
