@@ -56,6 +56,7 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             "annotations": {k: annotations[k] for k in _POD_ANNOTATIONS if k in annotations},
             "ownerReferences": meta.get("ownerReferences") or [],
             "deletionTimestamp": meta.get("deletionTimestamp"),
+            "creationTimestamp": meta.get("creationTimestamp"),
         },
         "spec": {
             "nodeName": spec.get("nodeName"),

@@ -12,7 +12,7 @@ import signal
 _ARMED = {p.strip() for p in os.environ.get("HAMI_PLACE_FAILPOINTS", "").split(",") if p.strip()}
 
 # The points a move passes, in order (documented in docs/agent.md).
-POINTS = ("move.before-evict", "move.after-evict", "move.waiting-for-pod")
+POINTS = ("move.before-evict", "move.after-evict", "move.waiting-for-replacement")
 
 
 def failpoint(name: str) -> None:

@@ -138,9 +138,67 @@ class Mover:
         elif p.phase == hp.EVICTING:
             await self._evict(p)
         elif p.phase in (hp.WAITING, hp.CLAIMED, hp.BOUND):
+            failpoint("move.waiting-for-replacement")
             if p.phase == hp.WAITING:
-                failpoint("move.waiting-for-pod")
+                missed = self._unpinned_replacement(p)
+                if missed:
+                    await self._fail(
+                        p,
+                        "ReplacementNotPinned",
+                        f"the replacement pod {missed} was admitted without the pin (no agent answered "
+                        f"its admission, e.g. during an agent restart); it runs wherever the scheduler "
+                        f"put it. Create a new placement to move it",
+                    )
+                    return
+            elif not p.status.get("evictedAt") and self._eviction_done(p):
+                # The replacement was claimed before the eviction's own status write landed.
+                p = await self._record_eviction(p)
             await self._check_replacement_deadline(p)
+
+    def _sibling_uids(self, pod: dict[str, Any]) -> list[str]:
+        workload = workload_of(pod)
+        return sorted(
+            str(q["metadata"].get("uid")) for q in self.cache.pods.store.values() if workload_of(q) == workload
+        )
+
+    def _unpinned_replacement(self, p: Placement) -> str | None:
+        """A pod of the same controller that did not exist when the move started and carries no claim."""
+        known = set(p.status.get("siblingUIDs") or ())
+        started = p.status.get("moveStartedAt") or ""
+        for pod in self.cache.pods.store.values():
+            meta = pod["metadata"]
+            if (
+                meta.get("namespace") == p.namespace
+                and workload_of(pod) == p.status.get("workload")
+                and meta.get("uid") != p.status.get("evictedPodUID")
+                and not meta.get("deletionTimestamp")
+                and (
+                    meta.get("uid") not in known
+                    if len(known) < 512
+                    # a huge workload: fall back to time (one-second resolution, so strictly later)
+                    else (meta.get("creationTimestamp") or "") > started
+                )
+                and hp.POD_CLAIM not in (meta.get("annotations") or {})
+            ):
+                return str(meta.get("name"))
+        return None
+
+    def _eviction_done(self, p: Placement) -> bool:
+        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+        return (
+            pod is None
+            or pod["metadata"].get("uid") != p.status.get("evictedPodUID")
+            or bool(pod["metadata"].get("deletionTimestamp"))
+        )
+
+    async def _record_eviction(self, p: Placement) -> Placement:
+        attempts = max(1, int(p.status.get("evictionAttempts") or 0))
+        updated = await write_status(
+            self.kube, self.cache, p, {**p.status, "evictedAt": now_rfc3339(), "evictionAttempts": attempts}
+        )
+        metrics.MOVES.labels(step="evicted").inc()
+        self.events.fire(self.events.on_placement(updated, "Evicted", f"{p.evict_pod} evicted"))
+        return updated
 
     async def _start(self, p: Placement) -> None:
         pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
@@ -166,6 +224,8 @@ class Mover:
                     {**p.status, "phase": hp.PENDING, "reason": "WaitingForMoveSlot", "message": f"waiting: {why}"},
                 )
             return
+        if not self.bucket.take():
+            return  # eviction rate limit: the next pass tries again (nothing written yet)
         status = {
             **p.status,
             "phase": hp.EVICTING,
@@ -174,14 +234,15 @@ class Mover:
             "moveStartedAt": now_rfc3339(),
             "evictedPod": p.evict_pod,
             "evictedPodUID": pod["metadata"].get("uid", ""),
-            "evictionAttempts": 0,
+            "evictionAttempts": 1,  # the first attempt is counted with the intent, in the same write
             "workload": workload_of(pod) or "",
+            "siblingUIDs": self._sibling_uids(pod)[:512],
         }
         updated = await write_status(self.kube, self.cache, p, status)  # the intent, before the side effect
         self.events.fire(self.events.on_placement(updated, "MoveStarted", status["message"]))
-        await self._evict(updated)
+        await self._evict(updated, first=True)
 
-    async def _evict(self, p: Placement) -> None:
+    async def _evict(self, p: Placement, first: bool = False) -> None:
         evict_timeout, _ = _timeouts(p, self.settings)
         started = parse_rfc3339(p.status.get("moveStartedAt")) or dt.datetime.now(dt.UTC)
         uid = p.status.get("evictedPodUID", "")
@@ -204,10 +265,14 @@ class Mover:
         retry_at = parse_rfc3339(p.status.get("nextAttemptAt"))
         if retry_at and now < retry_at:
             return
-        if not self.bucket.take():
+        if not first and not self.bucket.take():
             return  # rate limit: the next pass tries again
+        attempts = int(p.status.get("evictionAttempts") or 0) + (0 if first else 1)
+        # Count the attempt before making it: the record survives a crash, and a claim racing the
+        # eviction (it writes on top of what it read) can no longer lose it.
+        if p.status.get("evictionAttempts") != attempts:
+            p = await write_status(self.kube, self.cache, p, {**p.status, "evictionAttempts": attempts})
         failpoint("move.before-evict")
-        attempts = int(p.status.get("evictionAttempts") or 0) + 1
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",

@@ -28,6 +28,7 @@ from hami_place_core.targets import TargetError, resolve
 log = logging.getLogger("hami_place.agent.mutate")
 
 HAMI_SCHEDULER = "hami-scheduler"
+CLAIM_ATTEMPTS = 5
 
 
 def is_candidate(pod: dict[str, Any]) -> bool:
@@ -35,6 +36,26 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     own webhook sets the scheduler name, possibly after ours: we are reinvoked, IfNeeded)."""
     spec = pod.get("spec") or {}
     return spec.get("schedulerName") == HAMI_SCHEDULER or has_hami_resources(pod)
+
+
+def _workload(pod: dict[str, Any], namespace: str) -> str | None:
+    meta = pod.get("metadata") or {}
+    ref = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    return f"{namespace}/{ref.get('kind')}/{ref.get('name')}" if ref else None
+
+
+def _claimable(p: Placement, owner: str | None) -> bool:
+    """A pin is claimable while Pending. A move is claimable once its intent is written (Evicting)
+    by a pod of the same controller, and after the eviction (WaitingForPod) by any matching pod:
+    the controller recreates the evicted pod within milliseconds of the eviction, before the
+    agent can record it, so waiting for WaitingForPod alone would miss the replacement."""
+    if p.target_error:
+        return False
+    if not p.evict_pod:
+        return p.phase == hp.PENDING
+    if p.phase == hp.WAITING:
+        return True
+    return p.phase == hp.EVICTING and owner is not None and owner == p.status.get("workload")
 
 
 def _pod_label(pod: dict[str, Any]) -> str:
@@ -69,11 +90,9 @@ class PodMutator:
             return self._reapply(review, annotations)
         labels = meta.get("labels") or {}
         candidates = []
+        owner = _workload(pod, review.namespace)
         for p in self.cache.placements_in(review.namespace):
-            # A pin is claimable while Pending; a move only once its pod was evicted (WaitingForPod):
-            # before that, a new pod of the workload must not take the target from the one moving.
-            claimable = hp.WAITING if p.evict_pod else hp.PENDING
-            if p.phase != claimable or p.target_error:
+            if not _claimable(p, owner):
                 continue
             try:
                 if matches(p.selector, labels):
@@ -103,8 +122,14 @@ class PodMutator:
                 return Verdict(
                     patch=patch, warnings=[*warnings, f"hami-place: dry run, placement {p.name} not consumed"]
                 )
-            claimed = await self._claim(p, uuids, _pod_label(pod))
+            claimed = await self._claim(p, uuids, _pod_label(pod), owner)
             if claimed is None:
+                log.info(
+                    "pod %s/%s: placement %s was taken or changed concurrently; trying the next one",
+                    review.namespace,
+                    _pod_label(pod),
+                    p.name,
+                )
                 continue
             assert claimed.targets is not None and claimed.claim
             metrics.CLAIMS.inc()
@@ -119,6 +144,12 @@ class PodMutator:
                 patch=pin_patch(pod, p.node, uuids, claimed.targets, link_annotations(claimed, claimed.claim)),
                 warnings=warnings,
             )
+        log.info(
+            "pod %s/%s admitted unpinned: no placement among %s could be claimed",
+            review.namespace,
+            _pod_label(pod),
+            [c.name for c in candidates],
+        )
         return Verdict(warnings=warnings)
 
     def _reapply(self, review: Review, annotations: dict[str, str]) -> Verdict:
@@ -131,11 +162,10 @@ class PodMutator:
             return Verdict()
         return Verdict(patch=pin_patch(review.obj, p.node, uuids, p.targets, link_annotations(p, str(p.claim))))
 
-    async def _claim(self, p: Placement, uuids: list[str], pod_label: str) -> Placement | None:
+    async def _claim(self, p: Placement, uuids: list[str], pod_label: str, owner: str | None) -> Placement | None:
         """Consume `p` exactly once, via a status write with a resourceVersion precondition."""
         token = secrets.token_hex(8)
-        status = {
-            **p.status,
+        claim = {
             "phase": hp.CLAIMED,
             "reason": "Claimed",
             "message": f"claimed at admission by pod {pod_label}; waiting for it to appear",
@@ -145,14 +175,22 @@ class PodMutator:
             "claimLeaseExpiresAt": now_rfc3339(self.settings.claim_lease_seconds),
             "targetUUIDs": uuids,
         }
-        for _ in range(2):  # our cache may be a step behind: one fresh re-read, then give up
+        # A 409 means someone wrote first (another pod's claim, or the mover recording the eviction
+        # this replacement was created for): re-read and retry while the placement stays claimable.
+        for _ in range(CLAIM_ATTEMPTS):
             try:
-                return await write_status(self.kube, self.cache, p, status)
+                # Always on top of the status we read: a move's eviction record must survive the claim.
+                return await write_status(self.kube, self.cache, p, {**p.status, **claim})
             except kube_errors.Conflict:
                 metrics.CLAIM_CONFLICTS.inc()
                 fresh = await reread(self.kube, self.cache, p)
-                if fresh is None or fresh.phase != p.phase:
+                if fresh is None or not _claimable(fresh, owner):
+                    log.info(
+                        "placement %s no longer claimable: phase %s, reason %s",
+                        p.key,
+                        fresh.phase if fresh else "deleted",
+                        fresh.status.get("reason") if fresh else "",
+                    )
                     return None
                 p = fresh
-                status = {**status, **{k: v for k, v in p.status.items() if k not in status}}
         return None

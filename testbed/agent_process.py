@@ -80,6 +80,8 @@ class AgentProcess:
                 return int(resp.status), resp.read()
         except urllib.error.HTTPError as e:
             return int(e.code), e.read()
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0, b""  # not listening (yet, or any more)
 
     def start(self, timeout: float = 30) -> AgentProcess:
         self.proc = Process(self.name, [sys.executable, "-m", "agent"], self.workdir)

@@ -144,20 +144,31 @@ class AgentSet:
         _SETS[self.label] = self
         return self
 
+    def _validations(self) -> float:
+        total = 0.0
+        for a in self.agents:
+            for line in a.get("/metrics")[1].decode().splitlines():
+                if line.startswith("hami_place_admission_seconds_count{") and 'webhook="validate"' in line:
+                    total += float(line.split()[-1])
+        return total
+
     def _wait_active(self) -> None:
+        """Until the API server calls our validating webhook (seen in the agents' own metrics)."""
         ns = self.namespace("probe")
         custom = client.CustomObjectsApi(self.api)
         body = placement("probe", "probe-00001", {"app": "probe"}, "no-such-node", ["gpu-0"])
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                custom.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, dry_run="All")
-            except ApiException as e:
-                if "node no-such-node not found" in e.body:
-                    client.CoreV1Api(self.api).delete_namespace(ns)
+        try:
+            while time.monotonic() < deadline:
+                before = self._validations()
+                with contextlib.suppress(ApiException):
+                    custom.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, dry_run="All")
+                if self._validations() > before:
                     return
-            time.sleep(0.2)
-        raise AssertionError("the agent's webhooks never took effect")
+                time.sleep(0.2)
+            raise AssertionError("the agent's webhooks never took effect")
+        finally:
+            client.CoreV1Api(self.api).delete_namespace(ns)
 
     def namespace(self, hint: str) -> str:
         core = client.CoreV1Api(self.api)
