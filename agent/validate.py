@@ -21,7 +21,7 @@ from agent.kube import AsyncKube
 from hami_place_core import placement as hp
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.placement import Placement
-from hami_place_core.requests import GpuRequest, PodRequest, pod_request
+from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.state import pod_allocation
 from hami_place_core.targets import TargetError, TargetSpec, resolve
@@ -55,7 +55,11 @@ def target_request(base: PodRequest | None, targets: TargetSpec) -> PodRequest:
             containers.append(GpuRequest(nums=n, mem_percentage=targets.percent, coresreq=targets.percent))
         else:
             containers.append(GpuRequest(nums=n, memreq=r.memreq, mem_percentage=r.mem_percentage, coresreq=r.coresreq))
-    return PodRequest(init=(), containers=tuple(containers), selectors=base.selectors)
+    # The pin replaces nvidia.com/use-gpuuuid, so a pod already pinned elsewhere (being moved again)
+    # is judged without its old one; nouse- and the type selectors stay.
+    selectors = DeviceSelectors(nouse_uuids=base.selectors.nouse_uuids, use_types=base.selectors.use_types,
+                                nouse_types=base.selectors.nouse_types)
+    return PodRequest(init=(), containers=tuple(containers), selectors=selectors)
 
 
 class PlacementValidator:

@@ -123,6 +123,13 @@ def test_move_a_deployment_pod_to_an_exact_gpu(api, testbed, mover_set) -> None:
         assert expected in reasons, reasons
     assert _evictions(s) == 1, s.agent.get("/metrics")[1].decode()[-3000:]
 
+    # Moving the already pinned replacement again: its old use-gpuuuid must not count against the new target.
+    other = mover_set.targets[-1]
+    create_placement(api, ns, move("mv-2", "mv-move-02", "mv", other.name, ["gpu-0/50"], replacement.metadata.name))
+    again = wait_phase(api, ns, "mv-2", ("Completed", "Failed"), 90)
+    assert again["phase"] == "Completed", (again.get("reason"), again.get("message"))
+    assert core.read_namespaced_pod(again["boundPod"], ns).metadata.annotations[ann.USE_GPU_UUID] == other.gpu_uuid(0)
+
 
 def test_pdb_blocks_until_the_deadline_then_a_relaxed_pdb_lets_it_complete(api, testbed, mover_set) -> None:
     s, ns = mover_set("pdb")
