@@ -24,16 +24,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubernetes import client  # noqa: E402
+from kubernetes import client
 
-from hami_place_core import placement as hp  # noqa: E402
-from testbed.agent_process import AgentProcess, webhook_configs  # noqa: E402
-from testbed.allocation_standin import AllocationStandIn  # noqa: E402
-from testbed.certs import CertificateAuthority  # noqa: E402
-from testbed.cluster import TestBed  # noqa: E402
-from testbed.gpu_nodes import NodeSpec, uniform_nodes  # noqa: E402
-from tests.agent.conftest import install_crd  # noqa: E402
-from tests.helpers import deployment, wait_for  # noqa: E402
+from hami_place_core import placement as hp
+from testbed.agent_process import AgentProcess, webhook_configs
+from testbed.allocation_standin import AllocationStandIn
+from testbed.certs import CertificateAuthority
+from testbed.cluster import TestBed
+from testbed.gpu_nodes import NodeSpec, uniform_nodes
+from tests.agent.conftest import install_crd
+from tests.helpers import deployment, wait_for
 
 STEPS = ("evicting", "evicted", "claimed", "bound", "running", "completed")
 
