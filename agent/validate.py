@@ -57,8 +57,11 @@ def target_request(base: PodRequest | None, targets: TargetSpec) -> PodRequest:
             containers.append(GpuRequest(nums=n, memreq=r.memreq, mem_percentage=r.mem_percentage, coresreq=r.coresreq))
     # The pin replaces nvidia.com/use-gpuuuid, so a pod already pinned elsewhere (being moved again)
     # is judged without its old one; nouse- and the type selectors stay.
-    selectors = DeviceSelectors(nouse_uuids=base.selectors.nouse_uuids, use_types=base.selectors.use_types,
-                                nouse_types=base.selectors.nouse_types)
+    selectors = DeviceSelectors(
+        nouse_uuids=base.selectors.nouse_uuids,
+        use_types=base.selectors.use_types,
+        nouse_types=base.selectors.nouse_types,
+    )
     return PodRequest(init=(), containers=tuple(containers), selectors=selectors)
 
 
