@@ -26,19 +26,7 @@ BACKOFF = (0.2, 0.5, 1, 2, 5, 10)  # seconds between failed attempts, then stays
 
 Listener = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
 
-_POD_ANNOTATIONS = (
-    ann.POD_VGPU_NODE,
-    ann.POD_DEVICES_ALLOCATED,
-    ann.POD_BIND_PHASE,
-    ann.USE_GPU_UUID,
-    ann.NOUSE_GPU_UUID,
-    ann.USE_GPU_TYPE,
-    ann.NOUSE_GPU_TYPE,
-    hp.POD_PLACEMENT,
-    hp.POD_REQ_ID,
-    hp.POD_CLAIM,
-    hp.POD_NODE,
-)
+_POD_ANNOTATIONS = (*ann.MODEL_POD_ANNOTATIONS, hp.POD_PLACEMENT, hp.POD_REQ_ID, hp.POD_CLAIM, hp.POD_NODE)
 
 
 def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:

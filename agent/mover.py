@@ -40,7 +40,7 @@ from agent.status import condition, merge_conditions, now_rfc3339, parse_rfc3339
 from agent.validate import check_evict_pod, check_target
 from hami_place_core import kube_errors
 from hami_place_core import placement as hp
-from hami_place_core.placement import Placement
+from hami_place_core.placement import Placement, workload_key
 
 log = logging.getLogger("hami_place.agent.mover")
 
@@ -78,11 +78,7 @@ def is_move(p: Placement) -> bool:
 
 
 def workload_of(pod: dict[str, Any] | None) -> str | None:
-    if not pod:
-        return None
-    meta = pod.get("metadata") or {}
-    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-    return f"{meta.get('namespace')}/{owner.get('kind')}/{owner.get('name')}" if owner else None
+    return workload_key(pod)
 
 
 def _ready(pod: dict[str, Any]) -> bool:

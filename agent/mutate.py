@@ -20,7 +20,7 @@ from agent.kube import AsyncKube
 from agent.status import now_rfc3339, reread, write_status
 from hami_place_core import kube_errors
 from hami_place_core import placement as hp
-from hami_place_core.placement import Placement, link_annotations, pin_patch
+from hami_place_core.placement import Placement, link_annotations, pin_patch, workload_key
 from hami_place_core.requests import has_hami_resources
 from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.targets import TargetError, resolve
@@ -36,12 +36,6 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     own webhook sets the scheduler name, possibly after ours: we are reinvoked, IfNeeded)."""
     spec = pod.get("spec") or {}
     return spec.get("schedulerName") == HAMI_SCHEDULER or has_hami_resources(pod)
-
-
-def _workload(pod: dict[str, Any], namespace: str) -> str | None:
-    meta = pod.get("metadata") or {}
-    ref = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-    return f"{namespace}/{ref.get('kind')}/{ref.get('name')}" if ref else None
 
 
 def _claimable(p: Placement, owner: str | None) -> bool:
@@ -90,7 +84,7 @@ class PodMutator:
             return self._reapply(review, annotations)
         labels = meta.get("labels") or {}
         candidates = []
-        owner = _workload(pod, review.namespace)
+        owner = workload_key(pod, review.namespace)
         for p in self.cache.placements_in(review.namespace):
             if not _claimable(p, owner):
                 continue

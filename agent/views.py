@@ -5,47 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from agent.cache import ClusterCache
-from hami_place_core.fragmentation import cluster_metrics, free_share, mix_from_state
+from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.placement import Placement
+from hami_place_core.snapshot import summary
 
 
 def cluster_info(cache: ClusterCache) -> dict[str, Any]:
+    """The same computed view `inspect -o json` puts in a snapshot's summary."""
     state = cache.state
-    metrics = cluster_metrics(state, mix_from_state(state))
-    nodes = []
-    for name in sorted(state.nodes):
-        n = state.nodes[name]
-        nm = metrics.nodes.get(name)
-        nodes.append(
-            {
-                "name": name,
-                "ready": n.ready,
-                "unschedulable": n.unschedulable,
-                "registerFormat": n.register.format,
-                "error": n.error,
-                "metrics": nm.as_dict() if nm else None,
-                "gpus": [
-                    {
-                        "index": g.index,
-                        "uuid": g.uuid,
-                        "type": g.type,
-                        "health": g.health,
-                        "cordoned": g.uuid in n.cordoned,
-                        "memory": {"used": n.usage[g.uuid].usedmem, "total": g.devmem},
-                        "cores": {"used": n.usage[g.uuid].usedcores, "total": g.devcore},
-                        "slots": {"used": n.usage[g.uuid].used, "total": g.count},
-                        "free": round(free_share(g, n.usage[g.uuid]), 4),
-                        "pods": sorted(n.pods[g.uuid]),
-                    }
-                    for g in n.devices
-                ],
-            }
-        )
-    return {
-        "cluster": {**metrics.total.as_dict(), "fragmentationRate": round(metrics.fragmentation_rate, 4)},
-        "nodes": nodes,
-        "problems": state.problem_lines(),
-    }
+    return summary(state, cluster_metrics(state, mix_from_state(state)))
 
 
 def placement_view(p: Placement) -> dict[str, Any]:

@@ -40,6 +40,19 @@ NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
 USE_GPU_TYPE = "nvidia.com/use-gputype"
 NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 
+# Pod annotations the domain model reads (snapshots and the agent's cache keep these, drop the rest).
+MODEL_POD_ANNOTATIONS = (
+    POD_VGPU_NODE,
+    POD_DEVICES_ALLOCATED,
+    POD_BIND_PHASE,
+    USE_GPU_UUID,
+    NOUSE_GPU_UUID,
+    USE_GPU_TYPE,
+    NOUSE_GPU_TYPE,
+    POD_GPU_SCHEDULER_POLICY,
+    POD_NODE_SCHEDULER_POLICY,
+)
+
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"  # value "ignore" opts a namespace/object out
 
 # Device-type keyword HAMi writes as the second field of each pod device entry.

@@ -186,5 +186,14 @@ def pin_patch(
     return ops
 
 
+def workload_key(pod: Mapping[str, Any] | None, namespace: str | None = None) -> str | None:
+    """namespace/Kind/name of the pod's controller (None for a standalone pod)."""
+    if not pod:
+        return None
+    meta = pod.get("metadata") or {}
+    ref = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    return f"{namespace or meta.get('namespace')}/{ref.get('kind')}/{ref.get('name')}" if ref else None
+
+
 def link_annotations(p: Placement, claim: str) -> dict[str, str]:
     return {POD_PLACEMENT: p.name, POD_REQ_ID: p.req_id, POD_CLAIM: claim, POD_NODE: p.node}

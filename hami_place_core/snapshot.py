@@ -23,18 +23,6 @@ from hami_place_core.state import ClusterState, build_state
 API_VERSION = "hami-place.io/v1alpha1"
 KIND = "ClusterSnapshot"
 
-# Pod annotations the model reads; everything else is dropped from snapshots.
-_POD_ANNOTATIONS = (
-    ann.POD_VGPU_NODE,
-    ann.POD_DEVICES_ALLOCATED,
-    ann.POD_BIND_PHASE,
-    ann.USE_GPU_UUID,
-    ann.NOUSE_GPU_UUID,
-    ann.USE_GPU_TYPE,
-    ann.NOUSE_GPU_TYPE,
-    ann.POD_GPU_SCHEDULER_POLICY,
-    ann.POD_NODE_SCHEDULER_POLICY,
-)
 _NODE_ANNOTATIONS = (ann.NODE_REGISTER, ann.NODE_DEVICE_CORDON)
 
 
@@ -80,7 +68,7 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {
             **_pick(meta, ("name", "namespace", "uid", "labels", "ownerReferences", "creationTimestamp")),
-            "annotations": _pick(meta.get("annotations"), _POD_ANNOTATIONS),
+            "annotations": _pick(meta.get("annotations"), ann.MODEL_POD_ANNOTATIONS),
         },
         "spec": out_spec,
         "status": _pick(pod.get("status"), ("phase",)),

@@ -116,6 +116,7 @@ class AgentSet:
             for i in range(replicas)
         ]
         self.proxy: RoundRobinProxy | None = None
+        self.created_namespaces: list[str] = []
         self.config_name = f"hami-place-test-{label}"
 
     @property
@@ -175,6 +176,7 @@ class AgentSet:
         slug = re.sub(r"[^a-z0-9-]", "-", hint.lower())[:40].strip("-")
         name = f"{slug}-{secrets.token_hex(3)}"
         core.create_namespace({"metadata": {"name": name, "labels": {"hami-place-agent": self.label}}})
+        self.created_namespaces.append(name)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -197,6 +199,10 @@ class AgentSet:
 
     def stop(self) -> None:
         _SETS.pop(self.label, None)
+        core = client.CoreV1Api(self.api)
+        for ns in self.created_namespaces:  # their pods hold GPU allocations other tests must not see
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(ns, propagation_policy="Background")
         adm = client.AdmissionregistrationV1Api(self.api)
         for delete in (adm.delete_mutating_webhook_configuration, adm.delete_validating_webhook_configuration):
             with contextlib.suppress(ApiException):

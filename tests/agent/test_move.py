@@ -390,7 +390,8 @@ def test_leader_election_one_controller_and_failover(api, testbed, tmp_path) -> 
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         apps.create_namespaced_deployment(ns, deployment("ha", replicas=1))
         victim = wait_for("pod Running", lambda: running(core, ns, "app=ha"), 60)[0]
-        node = testbed.nodes[0]
+        node = NodeSpec(f"{ns[:50]}-t", gpus=4)
+        testbed.add_nodes([node])
         # the proxy still spreads admission over both replicas; the dead one refuses connections,
         # so create the placement directly and let the new leader move the pod
         client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -409,3 +410,6 @@ def test_leader_election_one_controller_and_failover(api, testbed, tmp_path) -> 
             standin.stop()
         print(s.logs())
         s.stop()
+        for n in client.CoreV1Api(api).list_node(label_selector="").items:
+            if n.metadata.name.startswith("ha-"):
+                client.CoreV1Api(api).delete_node(n.metadata.name)

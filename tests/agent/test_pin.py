@@ -71,7 +71,7 @@ def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed
     assert {"Claimed", "Bound"} <= {e.reason for e in events}
 
 
-def test_completed_when_hami_allocates_target(api, ans, testbed) -> None:
+def test_completed_when_hami_allocates_target(api, ans, testbed, request) -> None:
     """HAMi writes hami.io/vgpu-devices-allocated after Filter; with the stand-in scheduler the test
     writes it the way HAMi does. Matching UUIDs complete the placement, others fail it."""
     from testbed.gpu_nodes import NodeSpec
@@ -79,6 +79,7 @@ def test_completed_when_hami_allocates_target(api, ans, testbed) -> None:
     core = client.CoreV1Api(api)
     node = NodeSpec(f"{ans[:50]}-n", gpus=4)  # its own node: the full-GPU allocations stay out of other tests
     testbed.add_nodes([node])
+    request.addfinalizer(lambda: core.delete_node(node.name))
     for name, target, gpu_written in (("good", 0, 0), ("bad", 1, 3)):
         create_placement(api, ans, placement(name, f"{name}-00001", {"app": name}, node.name, [f"gpu-{target}"]))
         pod = {
