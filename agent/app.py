@@ -158,7 +158,7 @@ def health_bp() -> Blueprint:
         readiness(request.app)  # refresh the cache gauges
         c = request.app.ctx.cache
         for inf in (c.nodes, c.pods, c.placements, c.namespaces):
-            metrics.CACHE_RELISTS.labels(resource=inf.name)._value.set(inf.relists)
+            metrics.CACHE_LISTS.labels(resource=inf.name).set(inf.relists)
         return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
     return bp

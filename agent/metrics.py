@@ -40,9 +40,9 @@ ERRORS = Counter("hami_place_errors_total", "Errors, by kind.", ["kind"], regist
 CACHE_SYNCED = Gauge(
     "hami_place_cache_synced", "1 when the informer has finished its first list.", ["resource"], registry=REGISTRY
 )
-CACHE_RELISTS = Counter(
-    "hami_place_cache_relists_total",
-    "Full lists by the watch cache (410 Gone and restarts).",
+CACHE_LISTS = Gauge(
+    "hami_place_cache_lists",
+    "Full lists done by the watch cache since start (the first, then one per 410 Gone).",
     ["resource"],
     registry=REGISTRY,
 )
