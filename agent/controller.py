@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 from typing import Any
 
@@ -20,7 +19,7 @@ from agent.events import EventRecorder
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
 from agent.mover import Mover
-from agent.status import condition, merge_conditions, now_rfc3339, parse_rfc3339, write_status
+from agent.status import condition, is_past, merge_conditions, now_rfc3339, write_status
 from hami_place_core import annotations as ann
 from hami_place_core import kube_errors
 from hami_place_core import placement as hp
@@ -28,6 +27,7 @@ from hami_place_core.placement import Placement
 
 log = logging.getLogger("hami_place.agent.controller")
 
+MIN_PASS_GAP = 0.1
 _CLAIM_FIELDS = ("claim", "claimedBy", "claimedAt", "claimLeaseExpiresAt", "targetUUIDs", "boundPod", "boundPodUID")
 
 
@@ -60,6 +60,9 @@ class PlacementController:
             except Exception:
                 metrics.ERRORS.labels(kind="controller").inc()
                 log.exception("reconcile pass failed")
+            # A burst of changes (a webhook under load) must not turn into back-to-back passes that
+            # starve the webhooks on this event loop: at most one pass per MIN_PASS_GAP seconds.
+            await asyncio.sleep(MIN_PASS_GAP)
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.controller_interval_seconds)
@@ -105,8 +108,7 @@ class PlacementController:
             if pod is not None:
                 await self._bind(p, pod)
                 return
-            expires = parse_rfc3339(p.status.get("claimLeaseExpiresAt"))
-            if expires is not None and dt.datetime.now(dt.UTC) >= expires:
+            if is_past(p.status.get("claimLeaseExpiresAt")):
                 await self._release(p)
         elif p.phase == hp.BOUND:
             await self._confirm(p)
