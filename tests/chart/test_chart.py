@@ -1,0 +1,424 @@
+"""The Helm chart (chart/): lint, render, server-side dry-run, install/upgrade/uninstall, RBAC minimality.
+
+Everything runs the test bed's own helm and kubectl binaries against its kube-apiserver. No agent
+image runs here: the install test scopes the chart's webhooks to a label only its namespace carries,
+so the validating webhook (failurePolicy Fail, pointing at a Service with no agent) never sees
+another test's placements, and always uninstalls.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiException
+
+pytestmark = pytest.mark.testbed
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "chart"
+CRD_NAME = "hamipodplacements.scheduling.hami.placement.com"
+RELEASE = "gpu-descheduler"
+GROUP = "scheduling.hami.placement.com"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+
+# The agent's calls (agent/cache.py, mover.py, status.py, events.py, auth.py, validate.py), nothing more.
+EXPECTED_CLUSTER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["scheduling.hami.placement.com"],
+        "resources": ["hamipodplacements"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [GROUP], "resources": ["hamipodplacements/status"], "verbs": ["update"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+# agent/leader.py: GET the Lease, POST it when absent, PUT it to renew or take over.
+EXPECTED_LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+]
+
+
+def _env(testbed, tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, KUBECONFIG=str(testbed.kubeconfig))
+    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[var] = str(tmp_path / var.lower())
+    return env
+
+
+def _run(testbed, tmp_path: Path, tool: str, *argv: str, stdin: str | None = None, check: bool = True):
+    proc = subprocess.run(
+        [str(testbed.binaries[tool]), *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=_env(testbed, tmp_path),
+        timeout=120,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"{tool} {' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def helm(testbed, tmp_path: Path, *argv: str, check: bool = True):
+    return _run(testbed, tmp_path, "helm", *argv, check=check)
+
+
+def render(testbed, tmp_path: Path, namespace: str, *argv: str) -> list[dict[str, Any]]:
+    out = helm(testbed, tmp_path, "template", RELEASE, str(CHART), "-n", namespace, *argv).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+# ---- static ---------------------------------------------------------------------------------
+
+
+def test_chart_crd_is_the_repo_crd_byte_for_byte() -> None:
+    repo_crds = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_crds == repo_crds
+    for name in repo_crds:
+        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), (
+            f"chart/crds/{name} drifted from crds/{name}: copy it again"
+        )
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.stem if v else "defaults")
+def test_helm_lint_is_clean(testbed, tmp_path, values) -> None:
+    argv = ["lint", str(CHART), "--strict"] + (["-f", str(values)] if values else [])
+    proc = helm(testbed, tmp_path, *argv)
+    out = proc.stdout + proc.stderr
+    assert "[ERROR]" not in out and "[WARNING]" not in out, out
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+def test_contradictory_values_fail_the_render(testbed, tmp_path) -> None:
+    cases = {
+        ("--set", "certManager.issuerRef.name=my-ca"): "the two TLS modes are exclusive",
+        ("--set", "certManager.enabled=true"): "does not serve cert-manager.io/v1",
+        ("--set-string", "certManager.enabled=false"): "want boolean",
+        ("--set", "replicaCount=0"): "minimum",
+        ("--set", "webhook.mutating.failurePolicy=Sometimes"): "failurePolicy",
+        ("--set", "agent.evictionQps=0"): "evictionQps",
+    }
+    for argv, message in cases.items():
+        proc = helm(testbed, tmp_path, "template", RELEASE, str(CHART), *argv, check=False)
+        assert proc.returncode != 0, argv
+        assert message in proc.stderr, (argv, proc.stderr)
+
+
+def test_default_render_shape(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+    )
+    (dep,) = by_kind(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    assert pod["metadata"]["labels"]["app"] == "gpu-descheduler-webhook"
+    assert pod["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["HAMI_PLACE_LEADER_ELECTION"] == "true"
+    assert env["HAMI_PLACE_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["HAMI_PLACE_AGENT_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["HAMI_PLACE_EXCLUDED_NAMESPACES"] == "kube-system"
+    assert env["HAMI_PLACE_TLS_CERT_FILE"] == "/etc/hami-place/tls/tls.crt"
+    assert env["HAMI_PLACE_TLS_KEY_FILE"] == "/etc/hami-place/tls/tls.key"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] and sc["runAsUser"] == 65532 and sc["readOnlyRootFilesystem"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+    spread = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["podAffinityTerm"]["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+    (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
+    (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
+    (m,) = mwc["webhooks"]
+    (v,) = vwc["webhooks"]
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert (m["failurePolicy"], m["reinvocationPolicy"], m["sideEffects"], m["timeoutSeconds"]) == (
+        "Ignore",
+        "IfNeeded",
+        "NoneOnDryRun",
+        5,
+    )
+    assert m["admissionReviewVersions"] == ["v1"]
+    assert m["objectSelector"]["matchExpressions"] == [ignore]
+    assert m["namespaceSelector"]["matchExpressions"] == [
+        ignore,
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+    ]
+    assert m["rules"][0]["resources"] == ["pods"] and m["rules"][0]["operations"] == ["CREATE"]
+    assert (v["failurePolicy"], v["sideEffects"]) == ("Fail", "None")
+    assert v["rules"][0]["resources"] == ["hamipodplacements"]
+    assert v["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    (secret,) = by_kind(docs, "Secret")
+    assert m["clientConfig"]["caBundle"] == v["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    svc_name = m["clientConfig"]["service"]["name"]
+    (svc,) = by_kind(docs, "Service")
+    assert svc["metadata"]["name"] == svc_name and svc["spec"]["ports"][0]["port"] == 8083
+    assert "cert-manager.io/inject-ca-from" not in (mwc["metadata"].get("annotations") or {})
+
+
+def test_generated_certificate_serves_the_service_names(testbed, tmp_path) -> None:
+    from cryptography import x509
+
+    docs = render(testbed, tmp_path, "kube-system")
+    (secret,) = by_kind(docs, "Secret")
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    svc = f"{RELEASE}-webhook"
+    assert f"{svc}.kube-system.svc" in sans and f"{svc}.kube-system.svc.cluster.local" in sans
+    cert.verify_directly_issued_by(ca)
+
+
+def test_cert_manager_mode_excludes_the_generated_secret(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "certmanager-values.yaml"))
+    assert by_kind(docs, "Secret") == []
+    (cert,) = by_kind(docs, "Certificate")
+    (issuer,) = by_kind(docs, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert cert["spec"]["secretName"] == f"{RELEASE}-webhook-tls"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (wc,) = by_kind(docs, kind)
+        assert wc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"kube-system/{RELEASE}-webhook"
+        assert "caBundle" not in wc["webhooks"][0]["clientConfig"]
+
+
+def test_rbac_is_exactly_what_the_agent_calls(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system")
+    roles = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole")}
+    assert roles[RELEASE]["rules"] == EXPECTED_CLUSTER_RULES
+    editor = roles[f"{RELEASE}-placement-editor"]
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert editor["rules"] == [
+        {
+            "apiGroups": ["scheduling.hami.placement.com"],
+            "resources": ["hamipodplacements"],
+            "verbs": ["create", "get", "list", "watch", "update", "delete"],
+        }
+    ]
+    (role,) = by_kind(docs, "Role")
+    assert role["rules"] == EXPECTED_LEASE_RULES
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    (sa,) = by_kind(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "kube-system"}
+    ]
+
+    single = render(testbed, tmp_path, "kube-system", "--set", "replicaCount=1")
+    assert by_kind(single, "Role") == [] and by_kind(single, "RoleBinding") == []
+    (dep,) = by_kind(single, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_LEADER_ELECTION"] == "false"
+
+
+def test_custom_values_reach_the_objects(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "custom-values.yaml"))
+    assert by_kind(docs, "NetworkPolicy") == []
+    (dep,) = by_kind(docs, "Deployment")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HAMI_PLACE_EXCLUDED_NAMESPACES"] == "kube-system,kube-public,monitoring"
+    assert env["HAMI_PLACE_NAMESPACE_SELECTOR"] == "gpu=true"
+    assert env["HAMI_PLACE_EVICTION_QPS"] == "0.5"
+    assert env["HAMI_PLACE_MAX_MOVES_IN_FLIGHT"] == "8"
+    assert c["resources"]["limits"] == {"cpu": "2", "memory": "2Gi"}
+    (m,) = by_kind(docs, "MutatingWebhookConfiguration")[0]["webhooks"]
+    assert m["namespaceSelector"]["matchLabels"] == {"hami-place/enabled": "true"}
+    assert m["namespaceSelector"]["matchExpressions"][1]["values"] == ["kube-system", "kube-public", "monitoring"]
+
+
+def test_notes_warn_about_risky_settings(testbed, tmp_path) -> None:
+    def notes(*argv: str) -> str:
+        out = helm(testbed, tmp_path, "install", RELEASE, str(CHART), "-n", "kube-system", "--dry-run=client", *argv)
+        return out.stdout.split("NOTES:", 1)[1]
+
+    safe = notes()
+    assert "kubectl get pods -n kube-system -l app=gpu-descheduler-webhook -w" in safe
+    assert "WARNING" not in safe
+    risky = notes(
+        "--set",
+        "replicaCount=1",
+        "--set",
+        "webhook.mutating.failurePolicy=Fail",
+        "--set",
+        "webhook.validating.enabled=false",
+        "--set",
+        "agent.excludedNamespaces={monitoring}",
+    )
+    assert "replicaCount=1: no high availability" in risky
+    assert "webhook.mutating.failurePolicy=Fail" in risky
+    assert "webhook.validating.enabled=false" in risky
+    assert "does not contain kube-system" in risky
+
+
+# ---- on the test bed's apiserver --------------------------------------------------------------
+
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}  # no cert-manager CRDs on the test bed: skipped, not faked
+
+
+@pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.stem if v else "defaults")
+def test_every_rendered_object_passes_server_side_dry_run(testbed, tmp_path, ns, values) -> None:
+    argv = ["-f", str(values)] if values else []
+    docs = [d for d in render(testbed, tmp_path, ns, *argv) if d["kind"] not in CERT_MANAGER_KINDS]
+    stream = yaml.safe_dump_all(docs)
+    proc = _run(testbed, tmp_path, "kubectl", "apply", "--dry-run=server", "-f", "-", stdin=stream, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert len(lines) == len(docs), proc.stdout
+    assert all("(server dry run)" in ln for ln in lines), proc.stdout
+
+
+def test_install_upgrade_uninstall(testbed, tmp_path, api, ns) -> None:
+    core = client.CoreV1Api(api)
+    apps = client.AppsV1Api(api)
+    adm = client.AdmissionregistrationV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+    ext = client.ApiextensionsV1Api(api)
+    scope = f"chart-{secrets.token_hex(4)}"
+    core.patch_namespace(ns, {"metadata": {"labels": {"hami-place-chart-test": scope}}})
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "image": {"repository": "registry.k8s.io/pause", "tag": "3.10"},
+                # Only this test's namespace reaches the (agent-less) webhooks.
+                "webhook": {"namespaceSelector": {"matchLabels": {"hami-place-chart-test": scope}}},
+            }
+        )
+    )
+    base = ["-n", ns, "-f", str(values)]
+    helm(testbed, tmp_path, "install", RELEASE, str(CHART), "--create-namespace", *base)
+    try:
+        dep = apps.read_namespaced_deployment(RELEASE, ns)
+        assert dep.spec.template.metadata.labels["app"] == "gpu-descheduler-webhook"
+        assert dep.spec.template.metadata.labels["hami.io/webhook"] == "ignore"
+        assert dep.spec.template.spec.service_account_name == RELEASE
+        core.read_namespaced_service(f"{RELEASE}-webhook", ns)
+        core.read_namespaced_service_account(RELEASE, ns)
+        rbac.read_cluster_role(RELEASE)
+        rbac.read_cluster_role(f"{RELEASE}-placement-editor")
+        rbac.read_namespaced_role(f"{RELEASE}-leader-election", ns)
+        mwc = adm.read_mutating_webhook_configuration(RELEASE)
+        vwc = adm.read_validating_webhook_configuration(RELEASE)
+        assert mwc.webhooks[0].namespace_selector.match_labels == {"hami-place-chart-test": scope}
+        assert vwc.webhooks[0].namespace_selector.match_labels == {"hami-place-chart-test": scope}
+        ext.read_custom_resource_definition(CRD_NAME)
+        secret = core.read_namespaced_secret(f"{RELEASE}-webhook-tls", ns)
+        ca_bundle = base64.b64decode(mwc.webhooks[0].client_config.ca_bundle)
+        assert ca_bundle == base64.b64decode(secret.data["ca.crt"])
+
+        helm(testbed, tmp_path, "upgrade", RELEASE, str(CHART), *base, "--set", "agent.logLevel=DEBUG")
+        after = core.read_namespaced_secret(f"{RELEASE}-webhook-tls", ns)
+        assert after.data == secret.data, "the upgrade regenerated the TLS secret (lookup did not reuse it)"
+        mwc2 = adm.read_mutating_webhook_configuration(RELEASE)
+        assert mwc2.webhooks[0].client_config.ca_bundle == mwc.webhooks[0].client_config.ca_bundle
+        assert helm(testbed, tmp_path, "history", RELEASE, "-n", ns).stdout.count("deployed") == 1
+    finally:
+        helm(testbed, tmp_path, "uninstall", RELEASE, "-n", ns, "--wait", check=False)
+
+    for read in (
+        lambda: apps.read_namespaced_deployment(RELEASE, ns),
+        lambda: core.read_namespaced_service(f"{RELEASE}-webhook", ns),
+        lambda: core.read_namespaced_secret(f"{RELEASE}-webhook-tls", ns),
+        lambda: rbac.read_cluster_role(RELEASE),
+        lambda: adm.read_mutating_webhook_configuration(RELEASE),
+        lambda: adm.read_validating_webhook_configuration(RELEASE),
+    ):
+        with pytest.raises(ApiException) as e:
+            read()
+        assert e.value.status == 404
+    # Helm never deletes what it installed from chart/crds: the placements survive an uninstall.
+    ext.read_custom_resource_definition(CRD_NAME)
+
+
+# ---- drift guards -----------------------------------------------------------------------------
+
+# Variables the chart deliberately leaves alone: the listen host (0.0.0.0 is right in a pod), the
+# out-of-cluster switches, and test-only switches.
+NOT_IN_CHART = {
+    "HAMI_PLACE_HOST",
+    "HAMI_PLACE_KUBECONFIG",
+    "HAMI_PLACE_TOKEN_FILE",
+    "HAMI_PLACE_FAILPOINTS",
+    "HAMI_PLACE_VALIDATION_ENABLED",
+}
+
+
+def test_every_agent_setting_is_reachable_from_the_chart(testbed, tmp_path) -> None:
+    import re
+
+    code = (REPO / "agent" / "config.py").read_text() + (REPO / "agent" / "failpoints.py").read_text()
+    known = set(re.findall(r'"(HAMI_PLACE_[A-Z_]+)"', code))
+    assert "HAMI_PLACE_EVICTION_QPS" in known
+    docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "custom-values.yaml"))
+    (dep,) = by_kind(docs, "Deployment")
+    rendered = {e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert rendered <= known, rendered - known
+    assert known - rendered == NOT_IN_CHART
+
+
+def test_chart_readme_documents_every_value() -> None:
+    def leaves(d: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            opaque = k in ("resources", "podSecurityContext", "securityContext")
+            out += leaves(v, key + ".") if isinstance(v, dict) and v and not opaque else [key]
+        return out
+
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [key for key in leaves(values) if f"`{key}`" not in readme]
+    assert missing == [], "document these values in chart/README.md"
+
+
+def test_dockerfile_copies_exist_and_runs_the_agent_as_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    for line in text.splitlines():
+        if line.startswith("COPY") and "--from" not in line:
+            for src in line.split()[1:-1]:
+                assert (REPO / src).exists(), src
+    assert "USER 65532:65532" in text
+    assert 'ENTRYPOINT ["python", "-m", "agent"]' in text
+    assert "EXPOSE 8083" in text
+    assert '".[agent]"' in text
