@@ -6,8 +6,11 @@ Every setting is listed here with its variable name and default; nothing else re
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass, field, fields
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ConfigError(ValueError):
@@ -124,6 +127,8 @@ class Settings:
         for term in (t for t in s.namespace_selector.split(",") if t.strip()):
             if term.count("=") != 1 or not all(x.strip() for x in term.split("=")):
                 raise ConfigError(f"HAMI_PLACE_NAMESPACE_SELECTOR term {term!r} must be key=value")
+        if not _DNS_SUBDOMAIN.match(s.lease_name):
+            raise ConfigError(f"HAMI_PLACE_LEASE_NAME={s.lease_name!r} must be a lowercase RFC 1123 subdomain")
         if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"HAMI_PLACE_LOG_LEVEL={s.log_level!r} must be DEBUG, INFO, WARNING or ERROR")
         return s

@@ -108,11 +108,14 @@ class AgentSet:
         label: str,
         replicas: int = 1,
         env: dict[str, str] | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.testbed, self.api, self.label = testbed, api, label
         self.ca = CertificateAuthority(f"agent-{label}-ca")
         self.agents = [
-            AgentProcess(workdir, testbed.kubeconfig, self.ca, name=f"agent-{label}-{i}", env=env, label=label)
+            AgentProcess(
+                workdir, kubeconfig or testbed.kubeconfig, self.ca, name=f"agent-{label}-{i}", env=env, label=label
+            )
             for i in range(replicas)
         ]
         self.proxy: RoundRobinProxy | None = None

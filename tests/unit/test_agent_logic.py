@@ -144,6 +144,10 @@ def test_config_errors_name_the_variable(monkeypatch) -> None:
     with pytest.raises(ConfigError, match="is not a boolean"):
         Settings.from_env()
     monkeypatch.setenv("HAMI_PLACE_LEADER_ELECTION", "true")
+    monkeypatch.setenv("HAMI_PLACE_LEASE_NAME", "my_lease")
+    with pytest.raises(ConfigError, match="must be a lowercase RFC 1123 subdomain"):
+        Settings.from_env()
+    monkeypatch.setenv("HAMI_PLACE_LEASE_NAME", "my-lease")
     monkeypatch.setenv("HAMI_PLACE_EXCLUDED_NAMESPACES", "kube-system, monitoring")
     s = Settings.from_env()
     assert s.leader_election and s.excluded_namespaces == ("kube-system", "monitoring")

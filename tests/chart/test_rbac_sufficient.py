@@ -1,0 +1,174 @@
+"""The chart's RBAC is sufficient: the agent, running with a token of the chart's ServiceAccount
+(not admin), serves the pin and the move flows end to end on the test bed."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from hami_place_core import annotations as ann
+from hami_place_core import placement as hp
+from testbed.allocation_standin import AllocationStandIn
+from testbed.gpu_nodes import NodeSpec
+from tests.agent.conftest import AgentSet, create_placement, install_crd, placement
+from tests.helpers import deployment, wait_for
+
+pytestmark = pytest.mark.testbed
+
+REPO = Path(__file__).resolve().parents[2]
+RELEASE, NAMESPACE = "gpu-descheduler", "hami-place-rbac"
+
+
+def _render_rbac(testbed) -> list[dict]:
+    out = subprocess.run(
+        [
+            str(testbed.binaries["helm"]),
+            "template",
+            RELEASE,
+            str(REPO / "chart"),
+            "-n",
+            NAMESPACE,
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _token_kubeconfig(testbed, api, sa: str, path: Path) -> Path:
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(sa, NAMESPACE, {"spec": {"expirationSeconds": 3600}})
+        .status.token
+    )
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "tb", "cluster": {"server": testbed.server, "certificate-authority": str(testbed.ca_file)}}
+                ],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": "tb", "context": {"cluster": "tb", "user": sa}}],
+                "current-context": "tb",
+            }
+        )
+    )
+    return path
+
+
+def test_agent_with_the_charts_serviceaccount_pins_and_moves(api, testbed, tmp_path) -> None:
+    install_crd(api)
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    docs = _render_rbac(testbed)
+    kinds = sorted(d["kind"] for d in docs)
+    # the agent's ClusterRole, plus the aggregated placement-editor role for users (not bound to the agent)
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"], kinds
+    api_dynamic = client.ApiClient(api.configuration)
+    from kubernetes import utils
+
+    for d in docs:
+        try:
+            utils.create_from_dict(api_dynamic, d, namespace=NAMESPACE)
+        except utils.FailToCreateError as e:
+            if not all(getattr(x, "status", 0) == 409 for x in e.api_exceptions):
+                raise
+    sa = next(d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount")
+    kubeconfig = _token_kubeconfig(testbed, api, sa, tmp_path / "sa.kubeconfig")
+    suffix = secrets.token_hex(3)
+    lease = f"hami-place-rbac-{suffix}"
+    s = AgentSet(
+        testbed,
+        api,
+        tmp_path / "agent",
+        "rbac",
+        1,
+        kubeconfig=kubeconfig,
+        env={
+            "HAMI_PLACE_LEADER_ELECTION": "true",
+            "HAMI_PLACE_NAMESPACE": NAMESPACE,
+            "HAMI_PLACE_LEASE_NAME": lease,
+            "HAMI_PLACE_LEASE_DURATION_SECONDS": "5",
+        },
+    ).start()
+    target = NodeSpec(f"rbac-{suffix}", gpus=4)
+    testbed.add_nodes([target])
+    standin = None
+    try:
+        ns = s.namespace("rbac")
+        standin = AllocationStandIn(api, {ns}).start()
+        # pin
+        create_placement(api, ns, placement("pin", "rbac-pin-01", {"app": "p"}, target.name, ["gpu-0/20"]))
+        pod = core.create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": "p", "labels": {"app": "p"}},
+                "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+            },
+        )
+        assert pod.metadata.annotations[ann.USE_GPU_UUID] == target.gpu_uuid(0)
+        wait_for(
+            "pin Completed",
+            lambda: (
+                (
+                    custom.get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, "pin").get("status") or {}
+                ).get("phase")
+                == "Completed"
+            ),
+            60,
+        )
+        # move
+        apps.create_namespaced_deployment(ns, deployment("m", replicas=1))
+        victim = wait_for(
+            "pod Running",
+            lambda: [
+                p for p in core.list_namespaced_pod(ns, label_selector="app=m").items if p.status.phase == "Running"
+            ],
+            60,
+        )[0]
+        create_placement(
+            api, ns, placement("mv", "rbac-move-1", {"app": "m"}, target.name, ["gpu-1/20"], evict=victim.metadata.name)
+        )
+        st = wait_for(
+            "move Completed",
+            lambda: (
+                (
+                    o := custom.get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, "mv").get("status")
+                    or {}
+                ).get("phase")
+                in ("Completed", "Failed")
+                and o
+            ),
+            90,
+        )
+        assert st["phase"] == "Completed", (st.get("reason"), st.get("message"))
+        # the leader lease was taken with the namespaced Role, events were recorded with the ClusterRole
+        assert (
+            client.CoordinationV1Api(api).read_namespaced_lease(lease, NAMESPACE).spec.holder_identity == s.agent.name
+        )
+        assert core.list_namespaced_event(ns, field_selector="involvedObject.name=mv").items
+        code, _ = s.agent.get("/api/v1/placements", None)
+        assert code == 401
+    finally:
+        if standin:
+            standin.stop()
+        print(s.logs())
+        s.stop()
+        core.delete_node(target.name)
