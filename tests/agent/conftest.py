@@ -126,9 +126,9 @@ class AgentSet:
     def agent(self) -> AgentProcess:
         return self.agents[0]
 
-    def start(self) -> AgentSet:
+    def start(self, timeout: float = 30) -> AgentSet:
         for a in self.agents:
-            a.start()
+            a.start(timeout)
         url = self.agents[0].url
         if len(self.agents) > 1:
             self.proxy = RoundRobinProxy([("127.0.0.1", a.port) for a in self.agents]).start()
