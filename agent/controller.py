@@ -46,6 +46,7 @@ class PlacementController:
         self.events = events
         self.leader = leader
         self.mover = Mover(settings, cache, kube, events)
+        self._now = now_rfc3339()
         self.wake = asyncio.Event()
         cache.pods.listeners.append(lambda *_: self.wake.set())
         cache.placements.listeners.append(lambda *_: self.wake.set())
@@ -70,6 +71,7 @@ class PlacementController:
     async def reconcile_all(self) -> None:
         if self.leader is not None and not self.leader.is_leader:
             return  # only the lease holder acts; every replica still serves the webhooks
+        self._now = now_rfc3339()  # once per pass: formatting it per placement showed in profiles
         work = [
             p
             for namespace, bucket in list(self.cache.by_namespace.items())
@@ -108,7 +110,7 @@ class PlacementController:
             if pod is not None:
                 await self._bind(p, pod)
                 return
-            if is_past(p.status.get("claimLeaseExpiresAt")):
+            if is_past(p.status.get("claimLeaseExpiresAt"), self._now):
                 await self._release(p)
         elif p.phase == hp.BOUND:
             await self._confirm(p)

@@ -168,7 +168,7 @@ def admitted_pod(template: dict[str, Any], namespace: str) -> dict[str, Any]:
     """`template` as the mutating webhooks receive it: owner reference, managedFields and the
     defaults and admission-plugin additions (ServiceAccount volume, default tolerations) applied.
     Checked against a review captured from the test bed's apiserver: same fields, same size."""
-    pod = json.loads(json.dumps(template))
+    pod: dict[str, Any] = json.loads(json.dumps(template))
     meta, spec = pod["metadata"], pod["spec"]
     rs = meta["generateName"].rstrip("-")
     rs_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{rs}"))
@@ -676,9 +676,8 @@ class Bench:
             "HAMI_PLACE_CLAIM_LEASE_SECONDS": "3600",
             "HAMI_PLACE_NAMESPACE_SELECTOR": f"{BENCH_LABEL}={BENCH_VALUE}",
         }
-        self.agent = AgentProcess(
-            self.workdir / "agent", self.bed.kubeconfig, ca, "bench-agent", self.agent_env
-        ).start()
+        self.agent = AgentProcess(self.workdir / "agent", self.bed.kubeconfig, ca, "bench-agent", self.agent_env)
+        self.agent.start()  # assigned first, so that stop() ends it even if it never gets ready
         self.agent_http = Https(self.agent.port, self.agent.ssl_context())
 
         bare_port = free_port()
@@ -695,14 +694,14 @@ class Bench:
             CONFIG_NAME, self.agent.url, ca.cert_pem, {"matchLabels": {BENCH_LABEL: BENCH_VALUE}}
         )
         adm = client.AdmissionregistrationV1Api(self.kube)
-        adm.create_mutating_webhook_configuration(mutating)
-        adm.create_validating_webhook_configuration(validating)
+        adm.create_mutating_webhook_configuration(mutating)  # type: ignore[arg-type]  # the client takes dicts
+        adm.create_validating_webhook_configuration(validating)  # type: ignore[arg-type]
         # The bare server as a pod webhook too, for its own namespaces: it shows what any webhook
         # costs the apiserver, whatever answers it.
         bare_hook, _ = webhook_configs(CONFIG_NAME + "-bare", self.bare_url, ca.cert_pem, {})
         bare_hook["webhooks"][0]["name"] = "pods.bare.bench.hami-place.scheduling.hami.placement.com"
         bare_hook["webhooks"][0]["namespaceSelector"] = {"matchLabels": {BARE_LABEL: "on"}}
-        adm.create_mutating_webhook_configuration(bare_hook)
+        adm.create_mutating_webhook_configuration(bare_hook)  # type: ignore[arg-type]
 
         self.ns_nomatch = self.namespace("bench-nomatch", True)
         self.ns_other = [self.namespace(f"bench-other-{i}", True) for i in range(4)]
@@ -939,16 +938,16 @@ class Bench:
                     times[arm].append(create(arm))
                 return times
 
-            before = mutate_count(self.agent_http), bare_served(), mutate_seconds(self.agent_http)
             wait_quiet(a.quiet_wait, self.log)
+            counts = mutate_count(self.agent_http), bare_served(), mutate_seconds(self.agent_http)
             meter = CpuMeter(self.pids)
             t0 = time.monotonic()
             with ThreadPoolExecutor(workers) as pool:
                 parts = list(pool.map(worker, range(workers)))
             wall = time.monotonic() - t0
             cpu = meter.stop()
-            reviewed = mutate_count(self.agent_http) - before[0], bare_served() - before[1]
-            handler_ms = (mutate_seconds(self.agent_http) - before[2]) / max(1, reviewed[0]) * 1000
+            reviewed = mutate_count(self.agent_http) - counts[0], bare_served() - counts[1]
+            handler_ms = (mutate_seconds(self.agent_http) - counts[2]) / max(1, reviewed[0]) * 1000
             times = {arm: [t for part in parts for t in part[arm]] for arm in self.ns_pods}
             expected = len(times["agent"]) + workers * a.pod_warmup
             if reviewed != (expected, expected):
@@ -1117,21 +1116,23 @@ class Bench:
         self.results["match_follower"] = [asdict(r) for r in runs]
 
     # ---- profiling
-    def profile(self, label: str, seconds: float, load: Callable[[], Any]) -> None:
+    def profile(self, label: str, load: Callable[[], Any]) -> None:
+        """py-spy samples the agent (200 Hz, without pausing it) for exactly as long as `load` runs."""
         pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         out = self.workdir / f"profile-{label}.txt"
+        wait_quiet(self.args.quiet_wait, self.log)
         proc = subprocess.Popen(
-            [
-                *(pyspy, "record", "--nonblocking", "-r", "200", "-d", str(int(seconds) + 1)),
-                *("-f", "raw", "-o", str(out), "-p", str(self.pids["agent"])),
-            ],
+            [pyspy, "record", "--nonblocking", "-r", "200", "-f", "raw", "-o", str(out), "-p", str(self.pids["agent"])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.5)
-        load()
-        _, err = proc.communicate(timeout=seconds + 60)
+        try:
+            time.sleep(1)  # attached
+            load()
+        finally:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its output and exits
+            _, err = proc.communicate(timeout=60)
         if not out.exists():
             self.log(f"py-spy failed: {err.strip()[-500:]}")
             return
@@ -1172,7 +1173,6 @@ class Bench:
             path = str(self.workdir / "nomatch.jsonl")
             self.profile(
                 f"no-match c={a.connections}",
-                a.duration,
                 lambda: run_wrk(
                     "prof", self.agent.url + "/mutate", "cycle.lua", [path], a.connections, 2, a.duration, {}
                 ),
@@ -1180,7 +1180,6 @@ class Bench:
             c = max(a.match_connections)
             self.profile(
                 f"match c={c}",
-                a.duration,
                 lambda: self.phase_match(prof_bodies, self.ns_prof, [("profile", c, 0, self.profile_n)]),
             )
         if a.follower:
@@ -1234,7 +1233,7 @@ def _ms(d: dict[str, Any], key: str) -> str:
 
 def _per_core(run: dict[str, Any], proc: str) -> float:
     """Answers per CPU-second of the server process."""
-    return float(run["rps"]) / max(0.01, run["cpu"].get(proc, 0.0))
+    return float(run["rps"]) / max(0.01, float(run["cpu"].get(proc, 0.0)))
 
 
 def _load(cpu: dict[str, float]) -> str:
