@@ -127,6 +127,13 @@ class AgentSet:
         return self.agents[0]
 
     def start(self, timeout: float = 30) -> AgentSet:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # never leave agent processes behind a failed start
+            raise
+
+    def _start(self, timeout: float) -> AgentSet:
         for a in self.agents:
             a.start(timeout)
         url = self.agents[0].url
