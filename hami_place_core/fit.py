@@ -103,12 +103,6 @@ def add_usage(usage: GpuUsage, request: GpuRequest, gpu: GpuDevice) -> None:
     usage.usedcores += request.coresreq
 
 
-def remove_usage(usage: GpuUsage, request: GpuRequest, gpu: GpuDevice) -> None:
-    usage.used -= 1
-    usage.usedmem -= request.memory_on(gpu.devmem)
-    usage.usedcores -= request.coresreq
-
-
 @dataclass(frozen=True)
 class PodFit:
     """Outcome of fitting a whole pod on a set of candidate GPUs."""

@@ -40,21 +40,3 @@ def matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str] | None
         else:
             raise SelectorError(f"unknown selector operator {op!r}")
     return True
-
-
-def to_query(selector: Mapping[str, Any]) -> str:
-    """The selector as a labelSelector query string (for list calls)."""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
-        elif op == "Exists":
-            parts.append(str(key))
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-        else:
-            raise SelectorError(f"unknown selector operator {op!r}")
-    return ",".join(parts)

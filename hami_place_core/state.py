@@ -95,12 +95,6 @@ class ClusterState:
     def problem_lines(self) -> list[str]:
         return sorted(f"pod {k}: {m}" for k, m in self.problems.items())
 
-    def node_of_gpu(self, uuid: str) -> NodeState | None:
-        for n in self.nodes.values():
-            if n.by_uuid(uuid):
-                return n
-        return None
-
 
 def _ready(node: Mapping[str, Any]) -> bool:
     for c in (node.get("status") or {}).get("conditions") or ():

@@ -143,6 +143,28 @@ class TestBed:
         path.chmod(0o600)
         return path
 
+    def write_token_kubeconfig(self, path: Path, user: str, token: str) -> Path:
+        """A kubeconfig that authenticates with a bearer token (e.g. a ServiceAccount's)."""
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "testbed",
+                            "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                        }
+                    ],
+                    "users": [{"name": user, "user": {"token": token}}],
+                    "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
+                    "current-context": "testbed",
+                }
+            )
+        )
+        path.chmod(0o600)
+        return path
+
     def _ssl_context(self) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         ctx.load_cert_chain(str(self.pki / "admin-client.crt"), str(self.pki / "admin-client.key"))
@@ -285,10 +307,8 @@ class TestBed:
         self.timings["kube-scheduler"] = wait_until(
             "/healthz", lambda: http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure), sched, self.start_timeout
         )
-        kwok.alive() or self._raise_dead(kwok)
-
-    def _raise_dead(self, proc: Process) -> bool:
-        raise StartupError(f"{proc.name} exited:\n{proc.log_tail()}")
+        if not kwok.alive():
+            raise StartupError(f"kwok exited:\n{kwok.log_tail()}")
 
     # ---- API helpers ---------------------------------------------------------------------
     def api_client(self, kubeconfig: Path | None = None) -> Any:

@@ -175,21 +175,7 @@ def test_removing_any_rule_breaks_a_duty(api, testbed, tmp_path, case) -> None:
     token = core.create_namespaced_service_account_token(
         sa, NAMESPACE, {"spec": {"expirationSeconds": 3600}}
     ).status.token
-    kubeconfig = tmp_path / "sa.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "tb", "cluster": {"server": testbed.server, "certificate-authority": str(testbed.ca_file)}}
-                ],
-                "users": [{"name": sa, "user": {"token": token}}],
-                "contexts": [{"name": "tb", "context": {"cluster": "tb", "user": sa}}],
-                "current-context": "tb",
-            }
-        )
-    )
+    kubeconfig = testbed.write_token_kubeconfig(tmp_path / "sa.kubeconfig", sa, token)
     target = NodeSpec(f"rbac-min-{suffix}", gpus=4)
     testbed.add_nodes([target])
     s = AgentSet(

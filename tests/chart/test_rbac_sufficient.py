@@ -52,21 +52,7 @@ def _token_kubeconfig(testbed, api, sa: str, path: Path) -> Path:
         .create_namespaced_service_account_token(sa, NAMESPACE, {"spec": {"expirationSeconds": 3600}})
         .status.token
     )
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "tb", "cluster": {"server": testbed.server, "certificate-authority": str(testbed.ca_file)}}
-                ],
-                "users": [{"name": sa, "user": {"token": token}}],
-                "contexts": [{"name": "tb", "context": {"cluster": "tb", "user": sa}}],
-                "current-context": "tb",
-            }
-        )
-    )
-    return path
+    return testbed.write_token_kubeconfig(path, sa, token)
 
 
 def test_agent_with_the_charts_serviceaccount_pins_and_moves(api, testbed, tmp_path) -> None:
