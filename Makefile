@@ -14,8 +14,8 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python ## Create .venv and install the package with the agent and dev extras (pinned)
-	$(BIN)/pip install -q -c constraints.txt -e '.[agent,dev]'
+install: $(BIN)/python ## Create .venv and install the package with the agent, dev and binary extras (pinned)
+	$(BIN)/pip install -q -c constraints.txt -e '.[agent,dev,binary]'
 
 run: install ## Inspect the shipped example cluster (a replayed real GPU trace): no cluster needed
 	$(BIN)/kubectl-hami_place inspect --snapshot example --heatmap
