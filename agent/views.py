@@ -6,7 +6,7 @@ from typing import Any
 
 from agent.cache import ClusterCache
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
-from hami_place_core.placement import Placement
+from hami_place_core.placement import placement_view
 from hami_place_core.snapshot import summary
 
 
@@ -14,26 +14,6 @@ def cluster_info(cache: ClusterCache) -> dict[str, Any]:
     """The same computed view `inspect -o json` puts in a snapshot's summary."""
     state = cache.state
     return summary(state, cluster_metrics(state, mix_from_state(state)))
-
-
-def placement_view(p: Placement) -> dict[str, Any]:
-    return {
-        "namespace": p.namespace,
-        "name": p.name,
-        "reqID": p.req_id,
-        "nodeName": p.node,
-        "gpuDevices": list(p.gpu_devices),
-        "evictPod": p.evict_pod,
-        "phase": p.phase,
-        "reason": p.status.get("reason"),
-        "message": p.status.get("message"),
-        "boundPod": p.status.get("boundPod"),
-        "targetUUIDs": p.status.get("targetUUIDs") or [],
-        "allocatedDevices": p.status.get("allocatedDevices") or [],
-        "claimedAt": p.status.get("claimedAt"),
-        "consumedAt": p.status.get("consumedAt"),
-        "resourceVersion": p.resource_version,
-    }
 
 
 def placements(cache: ClusterCache, namespace: str | None) -> dict[str, Any]:

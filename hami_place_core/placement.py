@@ -14,6 +14,8 @@ The patch is idempotent: HAMi's webhook may run after ours, and ours is reinvoke
 from __future__ import annotations
 
 import copy
+import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -197,3 +199,93 @@ def workload_key(pod: Mapping[str, Any] | None, namespace: str | None = None) ->
 
 def link_annotations(p: Placement, claim: str) -> dict[str, str]:
     return {POD_PLACEMENT: p.name, POD_REQ_ID: p.req_id, POD_CLAIM: claim, POD_NODE: p.node}
+
+
+# --- building placements (the CLI's pin/move/evict and the planner's manifests) ---------------------
+
+STS_POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
+CREATED_BY_LABEL = f"{GROUP}/created-by"
+_NAME_SAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def new_req_id() -> str:
+    """A random reqID: 10 lowercase hex characters, well inside the CRD's 5-63 and its pattern."""
+    return secrets.token_hex(5)
+
+
+def placement_name(base: str, req_id: str) -> str:
+    """`<base>-<reqID>` as a DNS-1123 name: the object's name says what it places and stays unique."""
+    stem = _NAME_SAFE.sub("-", base.lower()).strip("-")[: 253 - len(req_id) - 1] or "placement"
+    return f"{stem}-{_NAME_SAFE.sub('-', req_id.lower()).strip('-')}"
+
+
+def new_placement(
+    namespace: str,
+    name: str,
+    req_id: str,
+    selector: Mapping[str, Any],
+    node: str,
+    gpu_devices: list[str] | tuple[str, ...],
+    evict_pod: str | None = None,
+    created_by: str = "kubectl-hami-place",
+) -> dict[str, Any]:
+    """A HamiPodPlacement manifest. The spec is validated here as the CRD would (gpuDevices) so the
+    caller fails early with the same wording; the agent's validating webhook has the last word."""
+    parse_targets(list(gpu_devices))
+    spec: dict[str, Any] = {
+        "reqID": req_id,
+        "podSelector": copy.deepcopy(dict(selector)),
+        "nodeName": node,
+        "gpuDevices": list(gpu_devices),
+    }
+    if evict_pod:
+        spec["evictPod"] = evict_pod
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": {CREATED_BY_LABEL: created_by}},
+        "spec": spec,
+    }
+
+
+def replacement_selector(pod: Mapping[str, Any], owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The podSelector that matches the pod's replacement, from its controller's own selector.
+
+    A ReplicaSet's replacement is any new pod of that ReplicaSet (its selector carries
+    pod-template-hash, so a rollout's new ReplicaSet is not matched). A StatefulSet recreates the
+    pod under the same name, so the selector also pins the `statefulset.kubernetes.io/pod-name`
+    label: no sibling replica can take the placement. Without an owner (a standalone pod) the pod's
+    own labels are used; the agent refuses to evict such a pod anyway (nothing would recreate it).
+    """
+    meta = pod.get("metadata") or {}
+    if owner is not None:
+        selector = copy.deepcopy(dict((owner.get("spec") or {}).get("selector") or {}))
+        if owner.get("kind") == "StatefulSet" and meta.get("name"):
+            selector.setdefault("matchLabels", {})[STS_POD_NAME_LABEL] = meta["name"]
+        if selector.get("matchLabels") or selector.get("matchExpressions"):
+            return selector
+    labels = dict(meta.get("labels") or {})
+    if not labels:
+        raise TargetError(f"pod {meta.get('name')} has no labels and no controller selector to match its replacement")
+    return {"matchLabels": labels}
+
+
+def placement_view(p: Placement) -> dict[str, Any]:
+    """The flat view of a placement the REST API, its SSE stream and the CLI's progress all use."""
+    return {
+        "namespace": p.namespace,
+        "name": p.name,
+        "reqID": p.req_id,
+        "nodeName": p.node,
+        "gpuDevices": list(p.gpu_devices),
+        "evictPod": p.evict_pod,
+        "phase": p.phase,
+        "reason": p.status.get("reason"),
+        "message": p.status.get("message"),
+        "boundPod": p.status.get("boundPod"),
+        "targetUUIDs": p.status.get("targetUUIDs") or [],
+        "allocatedDevices": p.status.get("allocatedDevices") or [],
+        "claimedAt": p.status.get("claimedAt"),
+        "consumedAt": p.status.get("consumedAt"),
+        "resourceVersion": p.resource_version,
+    }
