@@ -6,6 +6,7 @@ stderr as one line; a traceback is printed only with --debug.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
 
@@ -22,7 +23,48 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+# name -> (module, attribute, one-line help). Commands are imported only when run, so `--help`
+# and shell completion never pay for the Kubernetes client or the model (issue: startup time).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "inspect": (
+        "kubectl_hami_place.inspect_cmd",
+        "inspect",
+        "Show every GPU, its usage, and how fragmented the cluster is.",
+    ),
+    "pin": ("kubectl_hami_place.placement_cmds", "pin", "Pin the next pod of a workload to a node and exact GPUs."),
+    "move": ("kubectl_hami_place.placement_cmds", "move", "Move a running pod to a node and exact GPUs."),
+    "evict": ("kubectl_hami_place.placement_cmds", "evict", "Evict a pod safely, and wait for its replacement."),
+    "cancel": ("kubectl_hami_place.placement_cmds", "cancel", "Withdraw a placement that has not been consumed yet."),
+    "status": ("kubectl_hami_place.status_cmd", "status", "List placements: phase, reason, target, pod and age."),
+    "completion": ("kubectl_hami_place.misc_cmds", "completion", "Print a shell completion script (bash, zsh, fish)."),
+    "selftest": ("kubectl_hami_place.misc_cmds", "selftest", "Check this build offline: imports and a rendered table."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, attr, _ = COMMANDS[cmd_name]
+            cmd = getattr(importlib.import_module(module), attr)
+            assert isinstance(cmd, click.Command)
+            return cmd
+        if cmd_name == "__complete":  # kubectl's plugin completion (kubectl_complete-hami_place)
+            from kubectl_hami_place.misc_cmds import cobra_complete
+
+            return cobra_complete
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in COMMANDS]
+        rows += [(n, c.get_short_help_str(80)) for n, c in self.commands.items() if not c.hidden]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.option("--debug", is_flag=True, help="Print tracebacks for errors.")
 @click.version_option(__version__, "--version", prog_name="kubectl hami-place")
 def cli(debug: bool) -> None:
@@ -31,26 +73,23 @@ def cli(debug: bool) -> None:
     \b
     Examples:
       kubectl hami-place inspect                     # every GPU, its usage and fragmentation
-      kubectl hami-place inspect gpu-node-1 -o wide  # one node, with GPU UUIDs
-      kubectl hami-place inspect --heatmap           # the whole cluster at a glance
-      kubectl hami-place inspect --snapshot snap.json  # offline, from a saved snapshot
+      kubectl hami-place inspect --snapshot example  # offline: a shipped 1,213-node cluster
+      kubectl hami-place pin deploy/trainer --node gpu-node-3 --gpu gpu-0 --gpu gpu-1
+      kubectl hami-place move trainer-7d9f-abcde --node gpu-node-3 --gpu gpu-2 --evict
+      kubectl hami-place status -A -w                # placements, live
     """
 
 
 @cli.command()
 def version() -> None:
-    """Print the plugin version."""
+    """Print the plugin version.
+
+    \b
+    Examples:
+      kubectl hami-place version
+    """
     click.echo(f"kubectl-hami_place {__version__}")
 
-
-def _register() -> None:
-    # Each command lives in its own module; importing them here keeps `cli` the only entry point.
-    from kubectl_hami_place import inspect_cmd
-
-    cli.add_command(inspect_cmd.inspect)
-
-
-_register()
 
 USER_ERRORS = (UserError, KubeError, SnapshotError, TargetError)
 

@@ -85,6 +85,40 @@ class Kube:
             raise kube_errors.from_status(resp.status, resp.data)
         return json.loads(resp.data) if resp.data else None
 
+    def stream(
+        self, path: str, query: dict[str, Any] | None = None, read_timeout: float | None = None
+    ) -> Iterator[bytes]:
+        """The lines of a streaming GET (a watch, or Server-Sent Events), as they arrive.
+
+        ``read_timeout`` bounds the silence between two chunks (servers send keep-alives), not
+        the whole stream; a silent stream raises Unreachable.
+        """
+        api = self.api()
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        connect = self.request_timeout or 10.0
+        try:
+            _, url, headers, _, _ = api.param_serialize(
+                "GET", path, query_params=params, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"]
+            )
+            resp = api.call_api("GET", url, headers, None, _request_timeout=(connect, read_timeout))
+        except Exception as e:
+            raise kube_errors.wrap(e, self.server) from e
+        if not 200 <= resp.status < 300:
+            raise kube_errors.from_status(resp.status, resp.read())
+        raw = resp.response
+        pending = b""
+        try:
+            for chunk in raw.stream(amt=None, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                yield from lines
+            if pending:
+                yield pending
+        except Exception as e:  # a read timeout or a reset mid-stream
+            raise kube_errors.wrap(e, self.server) from e
+        finally:
+            raw.release_conn()
+
     def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]:
         """Every item of a list, page by page (limit/continue), so huge clusters stay bounded."""
         token = None

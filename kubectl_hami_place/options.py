@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 
@@ -49,3 +49,88 @@ def output_option(fn: F) -> F:
 
 def selector_option(help_text: str) -> Callable[[F], F]:
     return click.option("-l", "--selector", metavar="SELECTOR", help=help_text)
+
+
+class Duration(click.ParamType):
+    """`90`, `90s`, `5m`, `1h30m`: seconds as a float, as kubectl's --timeout spells durations."""
+
+    name = "duration"
+    _UNITS: ClassVar[dict[str, float]] = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        text = str(value).strip()
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        total, num, i = 0.0, "", 0
+        while i < len(text):
+            ch = text[i]
+            if ch.isdigit() or ch == ".":
+                num += ch
+                i += 1
+                continue
+            unit = "ms" if text.startswith("ms", i) else ch
+            if not num or unit not in self._UNITS:
+                self.fail(f"{value!r} is not a duration like 30s, 5m or 1h30m", param, ctx)
+            total += float(num) * self._UNITS[unit]
+            num, i = "", i + len(unit)
+        if num:
+            self.fail(f"{value!r} is not a duration like 30s, 5m or 1h30m (a unit is missing)", param, ctx)
+        return total
+
+
+def _check_gpus(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        return value
+    from hami_place_core.targets import TargetError, parse_targets
+
+    try:
+        parse_targets(list(value))
+    except TargetError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
+    return value
+
+
+def target_options(required: bool = True) -> Callable[[F], F]:
+    """--node and --gpu (repeatable, gpu-N or gpu-N/P), checked for syntax before anything runs."""
+
+    def deco(fn: F) -> F:
+        fn = click.option(
+            "--gpu",
+            "gpus",
+            multiple=True,
+            required=required,
+            callback=_check_gpus,
+            metavar="gpu-N[/P]",
+            help="A GPU of the target node by index; /P takes P percent of its memory and cores. Repeatable.",
+        )(fn)
+        return click.option("--node", required=required, metavar="NODE", help="The target node.")(fn)
+
+    return deco
+
+
+def agent_options(fn: F) -> F:
+    """Where the agent is, for live progress through the API server's service proxy."""
+    fn = click.option(
+        "--agent-service",
+        envvar="HAMI_PLACE_AGENT_SERVICE",
+        default="gpu-descheduler-webhook",
+        show_default=True,
+        metavar="NAME",
+        help="The agent's Service (env HAMI_PLACE_AGENT_SERVICE).",
+    )(fn)
+    return click.option(
+        "--agent-namespace",
+        envvar="HAMI_PLACE_AGENT_NAMESPACE",
+        default="kube-system",
+        show_default=True,
+        metavar="NS",
+        help="The agent's namespace (env HAMI_PLACE_AGENT_NAMESPACE).",
+    )(fn)
+
+
+def watch_option(help_text: str) -> Callable[[F], F]:
+    return click.option("-w", "--watch", is_flag=True, help=help_text)

@@ -255,7 +255,41 @@ def ensure_binaries(log=print) -> dict[str, Path]:  # type: ignore[no-untyped-de
         raise BuildError(f"still missing after build: {', '.join(absent)}")
     result = {b: p for b, p in found.items() if p is not None}
     result[KWOK_STAGES] = ensure_kwok_stages(bin_dir, log)
+    result["krew"] = ensure_krew(log)
     return result
+
+
+def ensure_krew(log=print) -> Path:  # type: ignore[no-untyped-def]
+    """krew, for the plugin's install test. Cached apart from the control plane binaries, so
+    changing its pin never rebuilds Kubernetes."""
+    version = _require("sigs.k8s.io/krew", TOOLS / "krew")
+    found = locate("krew", cache_root() / "testbed-bin" / f"krew-{version}")
+    if found is not None:
+        return found
+    bin_dir = cache_root() / "testbed-bin" / f"krew-{version}"
+    go = shutil.which("go")
+    if not go:
+        raise BuildError("krew is missing and Go is not installed to build it (see docs/testing.md)")
+    log(f"building krew {version} into {bin_dir} (one-time)")
+    tmp = bin_dir.with_name(bin_dir.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _run(
+        [
+            go,
+            "build",
+            "-ldflags",
+            f"-s -w -X sigs.k8s.io/krew/internal/version.gitTag={version}",
+            "-o",
+            str(tmp / "krew"),
+            "sigs.k8s.io/krew/cmd/krew",
+        ],
+        TOOLS / "krew",
+        log,
+    )
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp / "krew", bin_dir / "krew")
+    tmp.rmdir()
+    return bin_dir / "krew"
 
 
 if __name__ == "__main__":

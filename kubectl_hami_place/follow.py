@@ -1,0 +1,255 @@
+"""Following a placement until it is done: the agent's SSE stream, or a watch on the object.
+
+The preferred source is the agent's `/api/v1/placements/{ns}/{name}/events`, reached through the
+API server's service proxy: it works with every kubeconfig auth type and needs no port-forward,
+and the API server's RBAC on `services/proxy` decides who may read it. When the agent cannot be
+reached that way (not installed, no proxy listener, RBAC), the CLI says so once and watches the
+HamiPodPlacement itself, which carries the same phases, reasons and messages in its status.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from hami_place_core import kube_errors
+from hami_place_core import placement as hp
+from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.kube import Kube
+
+SSE_SILENCE_SECONDS = 20.0  # the agent sends a keep-alive every 15 s
+WATCH_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """Where the agent's read-only proxy listener is: a Service port, by name."""
+
+    namespace: str = "kube-system"
+    service: str = "gpu-descheduler-webhook"
+    port: str = "proxy"
+
+    def events_path(self, namespace: str, name: str) -> str:
+        return (
+            f"/api/v1/namespaces/{self.namespace}/services/https:{self.service}:{self.port}"
+            f"/proxy/api/v1/placements/{namespace}/{name}/events"
+        )
+
+
+class FollowTimeout(UserError):
+    """The deadline passed before the placement reached a terminal phase."""
+
+    def __init__(self, message: str, last: dict[str, Any] | None) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+def describe(view: dict[str, Any]) -> str:
+    """One line for a placement's state: the phase, and the reason and message when there are."""
+    phase, reason, message = view.get("phase") or hp.PENDING, view.get("reason"), view.get("message")
+    if not message:
+        message = {
+            hp.PENDING: "waiting for a matching pod to be created",
+            hp.CLAIMED: "a pod was admitted with the pin; waiting for it to appear",
+            hp.BOUND: f"pod {view.get('boundPod') or '?'} bound; waiting for HAMi's allocation",
+        }.get(phase, "")
+    head = f"{phase} ({reason})" if reason and reason != phase else phase
+    return f"{head}: {message}" if message else head
+
+
+class Reporter:
+    """Prints each state change once. On a TTY a spinner line shows the current state and the
+    time spent; otherwise every line is timestamped, for logs and CI."""
+
+    SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, out: TextIO | None = None, tty: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty() if tty is None else tty
+        self.started = time.monotonic()
+        self.current = ""
+        self._last_key: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._spinner: threading.Thread | None = None
+
+    def __enter__(self) -> Reporter:
+        if self.tty:
+            self._spinner = threading.Thread(target=self._spin, name="spinner", daemon=True)
+            self._spinner.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._spinner is not None:
+            self._spinner.join(1)
+            with self._lock:
+                self.out.write("\r\x1b[K")
+                self.out.flush()
+
+    def _spin(self) -> None:
+        i = 0
+        while not self._stop.wait(0.1):
+            with self._lock:
+                if self.current:
+                    frame = self.SPINNER[i % len(self.SPINNER)]
+                    self.out.write(f"\r\x1b[K{frame} {self.current} [{time.monotonic() - self.started:.1f}s]")
+                    self.out.flush()
+            i += 1
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            if self.tty:
+                self.out.write(f"\r\x1b[K[{time.monotonic() - self.started:5.1f}s] {text}\n")
+            else:
+                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.out.write(f"{stamp} {text}\n")
+            self.out.flush()
+
+    def show(self, view: dict[str, Any]) -> None:
+        key = (view.get("phase"), view.get("reason"), view.get("message"), view.get("boundPod"))
+        if key == self._last_key:
+            return
+        self._last_key = key
+        self.current = describe(view)
+        self.line(self.current)
+
+
+def _sse_views(kube: Kube, agent: AgentRef, namespace: str, name: str, silence: float) -> Iterator[dict[str, Any]]:
+    event, data = "message", list[str]()
+    for raw in kube.stream(agent.events_path(namespace, name), read_timeout=silence):
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        if not line:
+            if data:
+                payload = json.loads("\n".join(data))
+                if event == "deleted":
+                    raise UserError(f"placement {namespace}/{name} was deleted")
+                if event == "placement":
+                    yield payload
+            event, data = "message", []
+        elif line.startswith(":"):
+            yield {}  # keep-alive: lets the caller check its deadline
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+def _get_view(kube: Kube, namespace: str, name: str) -> tuple[dict[str, Any], str]:
+    try:
+        obj = kube.request("GET", hp.placement_path(namespace, name))
+    except kube_errors.NotFound as e:
+        raise UserError(f"placement {namespace}/{name} not found") from e
+    return hp.placement_view(hp.Placement.from_object(obj)), str(obj["metadata"]["resourceVersion"])
+
+
+def _watch_views(
+    kube: Kube, namespace: str, name: str, remaining: Callable[[], float | None]
+) -> Iterator[dict[str, Any]]:
+    """The placement now, then each change: list-then-watch from that resourceVersion, again on 410."""
+    view, rv = _get_view(kube, namespace, name)
+    yield view
+    while True:
+        left = remaining()
+        seconds = WATCH_SECONDS if left is None else max(1, min(WATCH_SECONDS, int(left) + 1))
+        query = {
+            "watch": "true",
+            "fieldSelector": f"metadata.name={name}",
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": seconds,
+        }
+        for raw in kube.stream(hp.placement_path(namespace), query, read_timeout=seconds + 10):
+            if not raw.strip():
+                continue
+            ev = json.loads(raw)
+            obj = ev.get("object") or {}
+            if ev.get("type") == "ERROR":
+                if obj.get("code") == 410:
+                    break  # too old: re-read below
+                raise UserError(f"watching placement {namespace}/{name}: {obj.get('message')}")
+            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+            if ev.get("type") == "DELETED":
+                raise UserError(f"placement {namespace}/{name} was deleted")
+            if ev.get("type") in ("ADDED", "MODIFIED"):
+                yield hp.placement_view(hp.Placement.from_object(obj))
+        else:
+            yield {}  # the server ended the watch (timeoutSeconds): check the deadline, resume
+            continue
+        view, rv = _get_view(kube, namespace, name)
+        yield view
+
+
+def follow(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    reporter: Reporter,
+    agent: AgentRef | None = None,
+    timeout: float | None = None,
+    note: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Report the placement's progress until it is Completed, Failed or Cancelled; return that view.
+
+    Raises FollowTimeout when `timeout` seconds pass first (the placement stays as it is)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+
+    def remaining() -> float | None:
+        return None if deadline is None else deadline - time.monotonic()
+
+    def expired() -> bool:
+        left = remaining()
+        return left is not None and left <= 0
+
+    def run(views: Iterator[dict[str, Any]]) -> dict[str, Any] | None:
+        nonlocal last
+        for view in views:
+            if view:
+                last = view
+                reporter.show(view)
+                if view.get("phase") in hp.TERMINAL:
+                    return view
+            if expired():
+                break
+        return None
+
+    if agent is not None:
+        left = remaining()
+        silence = SSE_SILENCE_SECONDS if left is None else max(0.5, min(SSE_SILENCE_SECONDS, left))
+        try:
+            done = run(_sse_views(kube, agent, namespace, name, silence))
+            if done is not None:
+                return done
+        except (kube_errors.KubeError, ValueError) as e:
+            if not expired():
+                (note or _stderr)(
+                    f"note: the agent's progress stream is unavailable ({_short(e)}); "
+                    "following the placement object instead"
+                )
+    while not expired():
+        try:
+            done = run(_watch_views(kube, namespace, name, remaining))
+        except kube_errors.Unreachable:
+            if expired():
+                break
+            raise
+        if done is not None:
+            return done
+    where = describe(last) if last else "unknown"
+    raise FollowTimeout(f"timed out after {timeout:g}s; placement {namespace}/{name} is still {where}", last)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text[:160]
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
