@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from sanic import Sanic
+
 from agent import logs
 from agent.app import create_app
 from agent.config import ConfigError, Settings
@@ -18,7 +20,12 @@ def main() -> int:
     logs.setup(settings.log_level)
     app = create_app(settings)
     ssl = {"cert": settings.tls_cert_file, "key": settings.tls_key_file} if settings.tls_cert_file else None
-    app.run(host=settings.host, port=settings.port, ssl=ssl, single_process=True, access_log=False, motd=False)
+    common = {"host": settings.host, "ssl": ssl, "single_process": True, "access_log": False, "motd": False}
+    app.prepare(port=settings.port, **common)  # type: ignore[arg-type]
+    if settings.proxy_port:
+        # a second listener in the same process and loop: the service-proxy path (docs/security.md)
+        app.prepare(port=settings.proxy_port, **common)  # type: ignore[arg-type]
+    Sanic.serve_single(primary=app)
     return 0
 
 

@@ -93,8 +93,21 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
 
 
 # ---- webhooks ---------------------------------------------------------------------------------------
+def via_proxy_port(request: Request) -> bool:
+    """Did the request arrive on the read-only listener for the API server's service proxy?"""
+    port = request.app.ctx.settings.proxy_port
+    info = request.conn_info
+    return bool(port) and info is not None and info.server_port == port
+
+
 def webhooks_bp() -> Blueprint:
     bp = Blueprint("webhooks")
+
+    @bp.on_request
+    async def main_port_only(request: Request) -> None:
+        # Through the service proxy anyone with services/proxy `create` could POST reviews.
+        if via_proxy_port(request):
+            raise NotFound(f"{request.path} is not served on the read-only proxy port")
 
     @bp.post("/mutate")
     async def mutate(request: Request) -> r.HTTPResponse:
@@ -166,6 +179,12 @@ def health_bp() -> Blueprint:
 
 # ---- REST API ---------------------------------------------------------------------------------------
 async def _caller_may(request: Request, verb: str, namespace: str = "") -> None:
+    if via_proxy_port(request):
+        # The API server authenticated the user and authorized `get services/proxy` on this
+        # Service before forwarding (it strips the user's credentials, so there is nothing to
+        # check again here); the NetworkPolicy admits only the control plane to this port.
+        # See docs/security.md.
+        return
     authz: Authorizer = request.app.ctx.authorizer
     caller = await authz.authenticate(request.headers.get("authorization"))
     await authz.authorize(caller, verb, namespace)

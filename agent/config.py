@@ -66,6 +66,10 @@ def _env_list(name: str, default: str) -> tuple[str, ...]:
 class Settings:
     host: str = "0.0.0.0"  # noqa: S104 - a pod must listen on its pod IP
     port: int = 8083
+    # The read-only listener for the API server's service proxy (the CLI's progress stream);
+    # 0 turns it off. See docs/security.md: who may reach it is decided by RBAC on
+    # services/proxy, and the chart's NetworkPolicy keeps everyone else off this port.
+    proxy_port: int = 8084
     tls_cert_file: str = ""
     tls_key_file: str = ""
     kubeconfig: str = ""  # empty: in-cluster service account
@@ -97,6 +101,7 @@ class Settings:
         s = cls(
             host=_env_str("HAMI_PLACE_HOST", cls.host),
             port=_env_int("HAMI_PLACE_PORT", cls.port, 1),
+            proxy_port=_env_int("HAMI_PLACE_PROXY_PORT", cls.proxy_port, 0),
             tls_cert_file=_env_str("HAMI_PLACE_TLS_CERT_FILE", ""),
             tls_key_file=_env_str("HAMI_PLACE_TLS_KEY_FILE", ""),
             kubeconfig=_env_str("HAMI_PLACE_KUBECONFIG", ""),
@@ -131,6 +136,8 @@ class Settings:
             raise ConfigError(f"HAMI_PLACE_LEASE_NAME={s.lease_name!r} must be a lowercase RFC 1123 subdomain")
         if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"HAMI_PLACE_LOG_LEVEL={s.log_level!r} must be DEBUG, INFO, WARNING or ERROR")
+        if s.proxy_port and s.proxy_port == s.port:
+            raise ConfigError(f"HAMI_PLACE_PROXY_PORT={s.proxy_port} must differ from HAMI_PLACE_PORT (or be 0: off)")
         return s
 
     def namespace_labels(self) -> dict[str, str]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
+import socket
 import ssl
 import sys
 import threading
@@ -35,13 +37,16 @@ class AgentProcess:
         name: str = "agent",
         env: dict[str, str] | None = None,
         label: str = "single",
+        host: str = "127.0.0.1",
     ) -> None:
         self.label = label
+        self.host = host
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.ca = ca
         self.name = name
         self.port = free_port()
+        self.proxy_port = free_port()  # the read-only service-proxy listener
         self.extra_env = env or {}
         workdir.mkdir(parents=True, exist_ok=True)
         self.cert, self.key = ca.issue_server(["127.0.0.1", "localhost"]).write(workdir, f"{name}-tls")
@@ -54,8 +59,9 @@ class AgentProcess:
     def env(self) -> dict[str, str]:
         return {
             **{k: v for k, v in os.environ.items() if not k.startswith("HAMI_PLACE_")},
-            "HAMI_PLACE_HOST": "127.0.0.1",
+            "HAMI_PLACE_HOST": self.host,
             "HAMI_PLACE_PORT": str(self.port),
+            "HAMI_PLACE_PROXY_PORT": str(self.proxy_port),
             "HAMI_PLACE_TLS_CERT_FILE": str(self.cert),
             "HAMI_PLACE_TLS_KEY_FILE": str(self.key),
             "HAMI_PLACE_KUBECONFIG": str(self.kubeconfig),
@@ -227,3 +233,67 @@ def wait_webhooks_active(probe: Any, timeout: float = 20) -> None:
             return
         time.sleep(0.2)
     raise StartupError("webhook configuration never took effect")
+
+
+def host_ip() -> str:
+    """A non-loopback address of this machine: the API server refuses loopback Endpoints, and its
+    service proxy must reach the agent as it would a pod IP."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.254", 9))  # no packet is sent: this only picks the outgoing interface
+        ip = str(s.getsockname()[0])
+    if ip.startswith("127."):
+        raise StartupError("this machine has no non-loopback IPv4 address for the agent's Service Endpoints")
+    return ip
+
+
+def expose_agent_service(api: Any, agent: AgentProcess, namespace: str, name: str) -> None:
+    """A selector-less Service plus Endpoints pointing at a local agent's listeners, as the chart's
+    Service points at the agent pods: port `https` (main) and `proxy` (read-only, service proxy)."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    core = client.CoreV1Api(api)
+    ip = host_ip()
+    # The API server proxies only to Endpoints whose targetRef is a Pod with that IP
+    # (pkg/registry/core/service/storage: isValidAddress). This stand-in Pod is never scheduled
+    # (no such scheduler); its status carries the agent's address as a kubelet would write it.
+    pod_name = f"{name}-local"
+    with contextlib.suppress(ApiException):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": pod_name, "labels": {"app": "gpu-descheduler-webhook"}},
+                "spec": {
+                    "schedulerName": "no-such-scheduler",
+                    "containers": [{"name": "agent", "image": "local/hami-place-agent:dev"}],
+                },
+            },
+        )
+    core.patch_namespaced_pod_status(
+        pod_name, namespace, {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+    )
+    ports = [("https", 8083, agent.port), ("proxy", 8084, agent.proxy_port)]
+    service = {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"ports": [{"name": n, "port": p, "targetPort": t, "protocol": "TCP"} for n, p, t in ports]},
+    }
+    endpoints = {
+        "metadata": {"name": name, "namespace": namespace},
+        "subsets": [
+            {
+                "addresses": [{"ip": ip, "targetRef": {"kind": "Pod", "namespace": namespace, "name": pod_name}}],
+                "ports": [{"name": n, "port": t, "protocol": "TCP"} for n, _, t in ports],
+            }
+        ],
+    }
+    for create, replace, body in (
+        (core.create_namespaced_service, core.replace_namespaced_service, service),
+        (core.create_namespaced_endpoints, core.replace_namespaced_endpoints, endpoints),
+    ):
+        try:
+            create(namespace, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            if body is endpoints:
+                replace(name, namespace, body)

@@ -109,12 +109,19 @@ class AgentSet:
         replicas: int = 1,
         env: dict[str, str] | None = None,
         kubeconfig: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.testbed, self.api, self.label = testbed, api, label
         self.ca = CertificateAuthority(f"agent-{label}-ca")
         self.agents = [
             AgentProcess(
-                workdir, kubeconfig or testbed.kubeconfig, self.ca, name=f"agent-{label}-{i}", env=env, label=label
+                workdir,
+                kubeconfig or testbed.kubeconfig,
+                self.ca,
+                name=f"agent-{label}-{i}",
+                env=env,
+                label=label,
+                host=host,
             )
             for i in range(replicas)
         ]

@@ -1,0 +1,255 @@
+"""The built `kubectl-hami_place` binary end to end, on the test bed with the agent running.
+
+The agent is reached the way the CLI reaches it in a cluster: through the API server's service
+proxy (a Service in kube-system named like the chart's, with Endpoints at the local agent), with
+the test bed's client-certificate kubeconfig, so no bearer token reaches the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from hami_place_core import annotations as ann
+from hami_place_core import placement as hp
+from tests.cli.conftest import Live
+from tests.helpers import deployment, running_pods, wait_for
+
+pytestmark = pytest.mark.testbed
+
+FALLBACK_NOTE = "following the placement object instead"
+
+
+def get_placement(api: Any, ns: str, name: str) -> dict[str, Any]:
+    return dict(client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name))
+
+
+def placements(api: Any, ns: str) -> list[dict[str, Any]]:
+    return list(
+        client.CustomObjectsApi(api).list_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL)["items"]
+    )
+
+
+def one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected a one-line cause on stderr, got: {stderr!r}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def created_name(stdout: str) -> str:
+    first = stdout.splitlines()[0]  # "placement <ns>/<name> created (reqID ...)"
+    return first.split()[1].split("/")[1]
+
+
+def test_pin_waits_until_the_next_pod_lands_on_the_target(live: Live) -> None:
+    apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("pinme", replicas=0))
+    target = live.targets[0]
+    proc = live.popen(
+        "pin", "deploy/pinme", "-n", live.ns, "--node", target.name, "--gpu", "gpu-3", "-w", "--timeout", "90s"
+    )
+    wait_for("the placement to exist", lambda: placements(live.api, live.ns), 30)
+    apps.patch_namespaced_deployment_scale("pinme", live.ns, {"spec": {"replicas": 1}})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (out, err)
+    assert FALLBACK_NOTE not in err, err  # progress came from the agent's stream
+    assert "pins the next pod of Deployment" in out and "Completed" in out, out
+    pod = wait_for("the pinned pod Running", lambda: running_pods(core, live.ns, "app=pinme"), 30)[0]
+    assert pod.spec.node_name == target.name
+    assert pod.metadata.annotations[ann.USE_GPU_UUID] == target.gpu_uuid(3)
+    name = created_name(out)
+    assert get_placement(live.api, live.ns, name)["status"]["boundPod"] == pod.metadata.name
+
+
+def test_move_evict_streams_progress_until_completed(live: Live) -> None:
+    apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("mover", replicas=1))
+    victim = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=mover"), 60)[0]
+    target = live.targets[1]
+    result = live.run(
+        "move",
+        victim.metadata.name,
+        "-n",
+        live.ns,
+        "--node",
+        target.name,
+        "--gpu",
+        "gpu-1",
+        "--evict",
+        "--timeout",
+        "2m",
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert FALLBACK_NOTE not in result.stderr, result.stderr
+    out = result.stdout
+    # non-TTY output: timestamped lines, one per state change, in order
+    phases = [line.split()[1] for line in out.splitlines() if line[:4].isdigit()]
+    assert phases[-1] == "Completed", out
+    assert "Evicting" in " ".join(phases) or "WaitingForPod" in " ".join(phases), out
+    assert f"evicts pod {victim.metadata.name}" in out
+    pod = wait_for(
+        "the replacement Running",
+        lambda: [p for p in running_pods(core, live.ns, "app=mover") if p.metadata.name != victim.metadata.name],
+        30,
+    )[0]
+    assert pod.spec.node_name == target.name
+    assert pod.metadata.annotations[ann.USE_GPU_UUID] == target.gpu_uuid(1)
+
+
+def test_status_watch_follows_a_placement_to_completed(live: Live) -> None:
+    apps = client.AppsV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("watched", replicas=0))
+    target = live.targets[0]
+    created = live.run("pin", "deploy/watched", "-n", live.ns, "--node", target.name, "--gpu", "gpu-2/50")
+    assert created.returncode == 0, created.stderr
+    name = created_name(created.stdout)
+    listed = live.run("status", "-n", live.ns, "-o", "wide")
+    assert listed.returncode == 0 and name in listed.stdout and "Pending" in listed.stdout, listed.stdout
+    proc = live.popen("status", name, "-n", live.ns, "-w")
+    time.sleep(1.0)  # the watch is open: what follows is live
+    apps.patch_namespaced_deployment_scale("watched", live.ns, {"spec": {"replicas": 1}})
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, (out, err)
+    rows = [line.split() for line in out.splitlines() if line.startswith(name)]
+    assert rows[0][1] == "Pending" and rows[-1][1] == "Completed", out
+    assert len(rows) >= 2 and out.splitlines()[0].split()[:2] == ["NAME", "PHASE"]
+    as_json = json.loads(live.run("status", name, "-n", live.ns, "-o", "json").stdout)
+    assert as_json["items"][0]["phase"] == "Completed" and as_json["items"][0]["gpuDevices"] == ["gpu-2/50"]
+
+
+def test_cancel_withdraws_a_pending_placement_and_refuses_a_finished_one(live: Live) -> None:
+    client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("cancelme", replicas=0))
+    created = live.run("pin", "deploy/cancelme", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-0")
+    name = created_name(created.stdout)
+    done = live.run("cancel", name, "-n", live.ns)
+    assert done.returncode == 0 and "cancelled (was Pending)" in done.stdout, (done.stdout, done.stderr)
+    assert name not in {p["metadata"]["name"] for p in placements(live.api, live.ns)}
+    again = live.run("cancel", name, "-n", live.ns)
+    assert again.returncode == 1 and one_line_error(again.stderr) == f"error: placement {live.ns}/{name} not found"
+
+
+# ---- error cases: documented exit code, one-line cause on stderr ---------------------------------------------
+
+
+def test_bad_gpu_syntax_is_a_usage_error(live: Live) -> None:
+    r = live.run("pin", "deploy/x", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-x")
+    assert r.returncode == 2, r
+    assert "'gpu-x' is not gpu-N or gpu-N/P" in r.stderr and "Traceback" not in r.stderr
+    assert not placements(live.api, live.ns) or all(
+        p["spec"]["gpuDevices"] != ["gpu-x"] for p in placements(live.api, live.ns)
+    )
+
+
+def test_unknown_node_and_missing_gpu(live: Live) -> None:
+    client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("nonode", replicas=0))
+    r = live.run("pin", "deploy/nonode", "-n", live.ns, "--node", "no-such-node", "--gpu", "gpu-0")
+    assert r.returncode == 1 and one_line_error(r.stderr) == "error: node no-such-node not found"
+    r = live.run("pin", "deploy/nonode", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-7")
+    assert r.returncode == 1
+    assert one_line_error(r.stderr) == (
+        f"error: node {live.targets[0].name} has no GPU with index 7 (it has: 0, 1, 2, 3)"
+    )
+
+
+def test_unreachable_agent_falls_back_to_watching_the_object(live: Live) -> None:
+    apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("noagent", replicas=1))
+    victim = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=noagent"), 60)[0]
+    r = live.run(
+        "move",
+        victim.metadata.name,
+        "-n",
+        live.ns,
+        "--node",
+        live.targets[1].name,
+        "--gpu",
+        "gpu-3",
+        "--evict",
+        "--agent-service",
+        "no-such-agent",
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    notes = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(notes) == 1 and FALLBACK_NOTE in notes[0] and "no-such-agent" in notes[0], r.stderr
+    assert r.stdout.rstrip().splitlines()[-1].split()[1] == "Completed"
+
+
+def test_unreachable_api_server_is_a_one_line_error(live: Live, tmp_path) -> None:
+    dead = live.testbed.write_token_kubeconfig(tmp_path / "dead.kubeconfig", "nobody", "x")
+    text = dead.read_text().replace(live.testbed.server, "https://127.0.0.1:1")
+    dead.write_text(text)
+    r = live.run("status", "-n", live.ns, kubeconfig=dead, timeout=60)
+    assert r.returncode == 1
+    assert one_line_error(r.stderr).startswith("error: cannot reach the Kubernetes API server at https://127.0.0.1:1")
+
+
+def test_forbidden_user_gets_exit_1_and_the_reason(live: Live, tmp_path) -> None:
+    from tests.agent.conftest import sa_token
+
+    kubeconfig = live.testbed.write_token_kubeconfig(
+        tmp_path / "nobody.kubeconfig", "nobody", sa_token(live.api, live.ns, "nobody")
+    )
+    r = live.run("status", "-n", live.ns, kubeconfig=kubeconfig)
+    assert r.returncode == 1
+    line = one_line_error(r.stderr)
+    assert "forbidden" in line.lower() and "hamipodplacements" in line, line
+
+
+def test_move_that_a_pdb_blocks_past_its_deadline_fails_with_the_reason(live: Live) -> None:
+    apps, core, policy = client.AppsV1Api(live.api), client.CoreV1Api(live.api), client.PolicyV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("guarded", replicas=1))
+    policy.create_namespaced_pod_disruption_budget(
+        live.ns,
+        {
+            "metadata": {"name": "guarded-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+    victim = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=guarded"), 60)[0]
+    wait_for(
+        "the PDB to observe the pod",
+        lambda: (
+            (policy.read_namespaced_pod_disruption_budget("guarded-pdb", live.ns).status.observed_generation or 0) >= 1
+        ),
+        30,
+    )
+    r = live.run(
+        "move",
+        victim.metadata.name,
+        "-n",
+        live.ns,
+        "--node",
+        live.targets[0].name,
+        "--gpu",
+        "gpu-1",
+        "--evict",
+        "--eviction-timeout",
+        "3s",
+        "--timeout",
+        "90s",
+    )
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    line = one_line_error(r.stderr)
+    assert line.startswith("error: placement ") and "failed (BlockedByPDB)" in line and "guarded-pdb" in line, line
+    assert "waiting: PDB guarded-pdb allows 0 disruptions" in r.stdout  # the wait was streamed as it happened
+    assert core.read_namespaced_pod(victim.metadata.name, live.ns).metadata.deletion_timestamp is None
+
+
+def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> None:
+    client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("interrupted", replicas=0))
+    proc = live.popen(
+        "pin", "deploy/interrupted", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-0", "-w"
+    )
+    wait_for("the placement to exist", lambda: placements(live.api, live.ns), 30)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    assert "stays in place" in err and "kubectl hami-place cancel" in err and "status" in err
+    assert any(p["metadata"]["name"].startswith("interrupted-") for p in placements(live.api, live.ns))
