@@ -67,9 +67,9 @@ class Settings:
     host: str = "0.0.0.0"  # noqa: S104 - a pod must listen on its pod IP
     port: int = 8083
     # The read-only listener for the API server's service proxy (the CLI's progress stream);
-    # 0 turns it off. See docs/security.md: who may reach it is decided by RBAC on
+    # 0 (the default) turns it off. See docs/security.md: who may reach it is decided by RBAC on
     # services/proxy, and the chart's NetworkPolicy keeps everyone else off this port.
-    proxy_port: int = 8084
+    proxy_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
     kubeconfig: str = ""  # empty: in-cluster service account

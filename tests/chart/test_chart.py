@@ -284,11 +284,52 @@ def test_notes_warn_about_risky_settings(testbed, tmp_path) -> None:
         "webhook.validating.enabled=false",
         "--set",
         "agent.excludedNamespaces={monitoring}",
+        "--set",
+        "progressProxy.enabled=true",
     )
     assert "replicaCount=1: no high availability" in risky
     assert "webhook.mutating.failurePolicy=Fail" in risky
     assert "webhook.validating.enabled=false" in risky
     assert "does not contain kube-system" in risky
+    assert "progressProxy.controlPlaneCIDRs is empty: any pod can reach" in risky
+    fenced = notes("--set", "progressProxy.enabled=true", "--set", "progressProxy.controlPlaneCIDRs={10.0.0.0/24}")
+    assert "WARNING" not in fenced and "-progress-reader" in fenced
+
+
+def test_progress_proxy_is_fenced_and_its_role_names_one_service_port(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "custom-values.yaml"))
+    (svc,) = by_kind(docs, "Service")
+    assert {"name": "proxy", "port": 8084, "targetPort": "proxy", "protocol": "TCP"} in svc["spec"]["ports"]
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_PROXY_PORT"] == "8084"
+    fenced = render(
+        testbed,
+        tmp_path,
+        "kube-system",
+        "-f",
+        str(CHART / "ci" / "custom-values.yaml"),
+        "--set",
+        "networkPolicy.enabled=true",
+    )
+    (policy,) = by_kind(fenced, "NetworkPolicy")
+    proxy_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8084)
+    assert proxy_rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    role = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-progress-reader"))
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["services/proxy"],
+            "resourceNames": [f"https:{svc['metadata']['name']}:proxy"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = next(b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"].endswith("-progress-reader"))
+    assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {("Group", "gpu-operators"), ("User", "alice")}
+    default = render(testbed, tmp_path, "kube-system")
+    (dep,) = by_kind(default, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_PROXY_PORT"] == "0"  # off unless asked for
 
 
 # ---- on the test bed's apiserver --------------------------------------------------------------

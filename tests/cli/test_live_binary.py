@@ -7,6 +7,7 @@ the test bed's client-certificate kubeconfig, so no bearer token reaches the age
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -253,3 +254,89 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
     assert proc.returncode == 130, (out, err)
     assert "stays in place" in err and "kubectl hami-place cancel" in err and "status" in err
     assert any(p["metadata"]["name"].startswith("interrupted-") for p in placements(live.api, live.ns))
+
+
+def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(live: Live, tmp_path) -> None:
+    """The API server, not the agent, authorizes the progress stream: `get services/proxy` on the
+    agent Service's proxy port (the chart's progress-reader Role, tests/chart asserts its shape)."""
+    from tests.agent.conftest import sa_token
+
+    rbac, apps = client.RbacAuthorizationV1Api(live.api), client.AppsV1Api(live.api)
+    rbac.create_namespaced_role(
+        live.ns,
+        {
+            "metadata": {"name": "placer"},
+            "rules": [
+                {"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list", "watch"]},
+                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+            ],
+        },
+    )
+    rbac.create_namespaced_role(
+        "kube-system",
+        {
+            "metadata": {"name": f"progress-reader-{live.ns}"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["services/proxy"],
+                    "resourceNames": ["https:gpu-descheduler-webhook:proxy"],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+    )
+    kubeconfigs = {}
+    for user in ("plain", "reader"):
+        token = sa_token(live.api, live.ns, user)
+        subject = [{"kind": "ServiceAccount", "name": user, "namespace": live.ns}]
+        rbac.create_namespaced_role_binding(
+            live.ns,
+            {"metadata": {"name": f"placer-{user}"}, "roleRef": _role_ref("placer"), "subjects": subject},
+        )
+        kubeconfigs[user] = live.testbed.write_token_kubeconfig(tmp_path / f"{user}.kubeconfig", user, token)
+    rbac.create_namespaced_role_binding(
+        "kube-system",
+        {
+            "metadata": {"name": f"progress-reader-{live.ns}"},
+            "roleRef": _role_ref(f"progress-reader-{live.ns}"),
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": live.ns}],
+        },
+    )
+    try:
+        for user, gpu in (("plain", "gpu-0"), ("reader", "gpu-1")):
+            apps.create_namespaced_deployment(live.ns, deployment(f"rbac-{user}", replicas=0))
+            proc = live.popen(
+                "pin",
+                f"deploy/rbac-{user}",
+                "-n",
+                live.ns,
+                "--node",
+                live.targets[1].name,
+                "--gpu",
+                gpu,
+                "-w",
+                kubeconfig=kubeconfigs[user],
+            )
+            wait_for(
+                "the placement",
+                lambda u=user: [p for p in placements(live.api, live.ns) if f"rbac-{u}" in p["metadata"]["name"]],
+                30,
+            )
+            apps.patch_namespaced_deployment_scale(f"rbac-{user}", live.ns, {"spec": {"replicas": 1}})
+            out, err = proc.communicate(timeout=90)
+            assert proc.returncode == 0, (user, out, err)
+            if user == "plain":
+                assert FALLBACK_NOTE in err and "forbidden" in err.lower(), err
+            else:
+                assert FALLBACK_NOTE not in err, err
+            assert out.rstrip().splitlines()[-1].split()[1] == "Completed", out
+    finally:
+        with contextlib.suppress(Exception):
+            rbac.delete_namespaced_role_binding(f"progress-reader-{live.ns}", "kube-system")
+        with contextlib.suppress(Exception):
+            rbac.delete_namespaced_role(f"progress-reader-{live.ns}", "kube-system")
+
+
+def _role_ref(name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
