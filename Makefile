@@ -46,7 +46,26 @@ test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tes
 bench-model: install ## Benchmark decode + aggregate at 5,000 nodes x 8 GPUs and 100,000 pods
 	$(BIN)/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
 
+binary: install ## Build the plugin binary (PyInstaller onedir) into build/dist/kubectl-hami_place/
+	$(BIN)/pyinstaller --noconfirm --log-level=WARN --distpath build/dist --workpath build/work release/kubectl-hami_place.spec
+	build/dist/kubectl-hami_place/kubectl-hami_place selftest
+
+release: binary ## Pack the binary with LICENSE into dist/ (a release archive for this OS/arch)
+	$(BIN)/python release/release.py archive
+
+docs: install ## Regenerate the command reference in docs/cli.md from the CLI
+	$(BIN)/python release/cli_reference.py
+
+demo: testbed-build ## Live tour: test bed + 12 GPU nodes + agent, then inspect, pin and move --evict (leaves it up)
+	$(BIN)/python -m testbed.demo
+
+demo-down: ## Stop the demo (agent, stand-in, test bed)
+	$(BIN)/python -m testbed.demo --down
+
+bench-startup: binary testbed-build ## Cold-start benchmark of the binary vs kubectl (docs/benchmarks.md)
+	$(BIN)/python bench/startup_bench.py
+
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test bench-model clean
+.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test bench-model binary release docs demo demo-down bench-startup clean

@@ -120,7 +120,7 @@ def agent_options(fn: F) -> F:
         default="gpu-descheduler-webhook",
         show_default=True,
         metavar="NAME",
-        help="The agent's Service (env HAMI_PLACE_AGENT_SERVICE).",
+        help="The agent's Service.",
     )(fn)
     return click.option(
         "--agent-namespace",
@@ -128,7 +128,7 @@ def agent_options(fn: F) -> F:
         default="kube-system",
         show_default=True,
         metavar="NS",
-        help="The agent's namespace (env HAMI_PLACE_AGENT_NAMESPACE).",
+        help="The agent's namespace.",
     )(fn)
 
 

@@ -233,7 +233,14 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
 @click.argument("pod")
 @target_options()
 @click.option("--evict", is_flag=True, help="Evict the pod now (respecting PDBs) so its controller recreates it there.")
-@click.option("--timeout", type=Duration(), default=DEFAULT_MOVE_TIMEOUT, show_default=True, metavar="DURATION")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default=DEFAULT_MOVE_TIMEOUT,
+    show_default=True,
+    metavar="DURATION",
+    help="Stop following after this long (exit 1); the placement stays and can be followed with status -w.",
+)
 @click.option("--no-wait", is_flag=True, help="Create the placement and return; follow later with status -w.")
 @click.option(
     "--eviction-timeout",
@@ -268,7 +275,14 @@ def move(pod: str, node: str, gpus: tuple[str, ...], evict: bool, no_wait: bool,
 @click.command()
 @click.argument("pod")
 @target_options(required=False)
-@click.option("--timeout", type=Duration(), default=DEFAULT_MOVE_TIMEOUT, show_default=True, metavar="DURATION")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default=DEFAULT_MOVE_TIMEOUT,
+    show_default=True,
+    metavar="DURATION",
+    help="Stop following after this long (exit 1); the placement stays and can be followed with status -w.",
+)
 @click.option("--no-wait", is_flag=True, help="Create the placement and return; follow later with status -w.")
 @click.option(
     "--eviction-timeout",

@@ -33,7 +33,7 @@ AGENT_NS, AGENT_SVC = "kube-system", "gpu-descheduler-webhook"
 
 def _source_digest() -> str:
     h = hashlib.sha256()
-    for base in ("kubectl_hami_place", "hami_place_core", "packaging"):
+    for base in ("kubectl_hami_place", "hami_place_core", "release"):
         for path in sorted((ROOT / base).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 h.update(str(path.relative_to(ROOT)).encode())
@@ -57,7 +57,7 @@ def build_binary() -> Path:
         str(DIST),
         "--workpath",
         str(ROOT / "build" / "work"),
-        str(ROOT / "packaging" / "kubectl-hami_place.spec"),
+        str(ROOT / "release" / "kubectl-hami_place.spec"),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:

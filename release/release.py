@@ -1,7 +1,7 @@
 """Release packaging: the binary's archive, and the krew manifest rendered from its template.
 
-    python packaging/release.py archive [--dist build/dist] [--out dist]
-    python packaging/release.py manifest --uri-base URL --archive linux/amd64=dist/x.tar.gz ... \
+    python release/release.py archive [--dist build/dist] [--out dist]
+    python release/release.py manifest --uri-base URL --archive linux/amd64=dist/x.tar.gz ... \
         [--out krew/hami-place.yaml]
 
 `archive` packs the PyInstaller onedir build with LICENSE and the kubectl completion helper into
@@ -58,7 +58,7 @@ def make_archive(dist: Path, out: Path, plat: str) -> Path:
         for path in sorted(onedir.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(onedir)), recursive=False, filter=clean)
         tar.add(ROOT / "LICENSE", arcname="LICENSE", filter=clean)
-        tar.add(ROOT / "packaging" / "kubectl_complete-hami_place", arcname="kubectl_complete-hami_place", filter=clean)
+        tar.add(ROOT / "release" / "kubectl_complete-hami_place", arcname="kubectl_complete-hami_place", filter=clean)
     return target
 
 

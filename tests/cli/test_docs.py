@@ -1,0 +1,60 @@
+"""The docs check: every command and flag is in docs/cli.md, every command has examples, and the
+README names every command. Pure (no cluster)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import click
+import pytest
+
+from kubectl_hami_place.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "release" / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cli_reference = _load_generator()
+CTX = click.Context(cli, info_name="kubectl hami-place")
+COMMANDS = [n for n in cli.list_commands(CTX) if not cli.get_command(CTX, n).hidden]  # type: ignore[union-attr]
+
+
+def test_cli_reference_is_generated_from_the_current_cli() -> None:
+    current = (ROOT / "docs" / "cli.md").read_text()
+    assert current == cli_reference.render(current), "docs/cli.md is stale: run `make docs`"
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_and_flag_is_in_the_reference(name: str) -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    section = doc.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
+    cmd = cli.get_command(CTX, name)
+    assert cmd is not None
+    for p in cmd.params:
+        if isinstance(p, click.Option) and not p.hidden:
+            assert f"`{p.opts[-1]}`" in section, f"{name}: {p.opts} missing from docs/cli.md"
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_help_has_examples(name: str) -> None:
+    cmd = cli.get_command(CTX, name)
+    assert cmd is not None and "Examples:" in (cmd.help or ""), f"`{name} --help` has no examples"
+    examples = (cmd.help or "").split("Examples:", 1)[1]
+    assert re.search(rf"kubectl hami-place {name}\b", examples), f"{name}: its examples never run it"
+
+
+def test_readme_names_every_command_and_links_the_reference() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [n for n in COMMANDS if f"kubectl hami-place {n}" not in readme]
+    assert not missing, f"README.md never shows: {missing}"
+    assert "docs/cli.md" in readme

@@ -1,0 +1,93 @@
+"""Release packaging: the archive, the krew manifest's structure, and a real `krew install` of the
+local build (krew built from its pinned Go module by the test bed's build step)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from testbed import build
+from tests.cli.conftest import ROOT, build_binary
+
+
+def _release() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("release_script", ROOT / "release" / "release.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release = _release()
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build_binary()
+    return Path(release.make_archive(ROOT / "build" / "dist", tmp_path_factory.mktemp("dist"), "linux/amd64"))
+
+
+def test_archive_is_flat_with_license_and_completion_helper(archive: Path) -> None:
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        assert {"kubectl-hami_place", "LICENSE", "kubectl_complete-hami_place"} <= names
+        assert any(n.startswith("_internal/") for n in names)  # onedir layout, not onefile
+        member = tar.getmember("kubectl-hami_place")
+        assert member.mode & 0o111 and member.mtime == 0 and member.uname == ""
+    assert archive.name == f"kubectl-hami_place_{release.__version__}_linux_amd64.tar.gz"
+
+
+def test_manifest_structure(archive: Path, tmp_path: Path) -> None:
+    text = release.render_manifest(
+        "1.2.3", {p: (f"https://example.invalid/{p}.tar.gz", release.sha256(archive)) for p in release.PLATFORMS}
+    )
+    doc = yaml.safe_load(text)
+    assert doc["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2" and doc["kind"] == "Plugin"
+    assert doc["metadata"]["name"] == "hami-place" and doc["spec"]["version"] == "v1.2.3"
+    assert doc["spec"]["shortDescription"] and doc["spec"]["homepage"].startswith("https://")
+    platforms = doc["spec"]["platforms"]
+    assert [(p["selector"]["matchLabels"]["os"], p["selector"]["matchLabels"]["arch"]) for p in platforms] == [
+        ("linux", "amd64"),
+        ("linux", "arm64"),
+        ("darwin", "amd64"),
+        ("darwin", "arm64"),
+    ]
+    for p in platforms:
+        assert len(p["sha256"]) == 64 and p["bin"] == "kubectl-hami_place"
+        assert p["files"] == [{"from": "*", "to": "."}]
+    with pytest.raises(SystemExit, match="missing archives for darwin/arm64"):
+        release.render_manifest("1.2.3", {p: ("u", "0" * 64) for p in release.PLATFORMS[:3]})
+
+
+def test_krew_installs_the_local_build_and_the_plugin_runs(archive: Path, tmp_path: Path) -> None:
+    krew = build.ensure_krew()
+    manifest = tmp_path / "hami-place.yaml"
+    manifest.write_text(
+        release.render_manifest(
+            release.__version__, {p: (f"file://{archive}", release.sha256(archive)) for p in release.PLATFORMS}
+        )
+    )
+    env = {**os.environ, "KREW_ROOT": str(tmp_path / "krew"), "KREW_NO_UPGRADE_CHECK": "1"}
+    done = subprocess.run(
+        [str(krew), "install", f"--manifest={manifest}", f"--archive={archive}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    plugin = tmp_path / "krew" / "bin" / "kubectl-hami_place"
+    assert plugin.is_symlink()
+    version = subprocess.run([str(plugin), "version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == f"kubectl-hami_place {release.__version__}"
+    selftest = subprocess.run([str(plugin), "selftest"], capture_output=True, text=True, timeout=120)
+    assert selftest.returncode == 0 and selftest.stdout.startswith("selftest ok:"), selftest.stderr
+    receipt = yaml.safe_load((tmp_path / "krew" / "receipts" / "hami-place.yaml").read_text())
+    assert receipt["metadata"]["name"] == "hami-place" and receipt["spec"]["version"] == f"v{release.__version__}"

@@ -1,0 +1,174 @@
+"""Pure logic behind the plugin's commands: selectors, durations, placement manifests, progress
+rendering and the SSE parser."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami_place_core import placement as hp
+from hami_place_core.selectors import SelectorError, format_selector, matches, parse_selector
+from hami_place_core.targets import TargetError
+from kubectl_hami_place.follow import AgentRef, Reporter, _sse_views, describe
+from kubectl_hami_place.options import Duration
+from kubectl_hami_place.status_cmd import age
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("app=web", {"matchLabels": {"app": "web"}}),
+        ("app==web,tier=gpu", {"matchLabels": {"app": "web", "tier": "gpu"}}),
+        ("app!=web", {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}),
+        (
+            "env in (prod, dev),gpu",
+            {
+                "matchExpressions": [
+                    {"key": "env", "operator": "In", "values": ["dev", "prod"]},
+                    {"key": "gpu", "operator": "Exists"},
+                ]
+            },
+        ),
+        ("!canary", {"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}),
+        ("x notin (a)", {"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["a"]}]}),
+    ],
+)
+def test_parse_selector(text: str, expected: dict[str, Any]) -> None:
+    assert parse_selector(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty label selector"),
+        ("a=b,a=c", "asks a to equal both"),
+        ("a in ()", "lists no values"),
+        ("a=(", "cannot parse"),
+    ],
+)
+def test_bad_selectors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(SelectorError, match=message):
+        parse_selector(text)
+
+
+labels = st.dictionaries(st.sampled_from(["app", "tier", "env"]), st.sampled_from(["a", "b", "c"]), max_size=3)
+
+
+@given(labels, labels)
+def test_parsed_selectors_match_like_kubectl(selector_labels: dict[str, str], pod_labels: dict[str, str]) -> None:
+    if not selector_labels:
+        return
+    text = ",".join(f"{k}={v}" for k, v in selector_labels.items())
+    sel = parse_selector(text)
+    assert matches(sel, pod_labels) == all(pod_labels.get(k) == v for k, v in selector_labels.items())
+    assert parse_selector(format_selector(sel)) == sel
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25)])
+def test_durations(text: str, seconds: float) -> None:
+    assert Duration().convert(text, None, None) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5x", "m", "1h30"])
+def test_bad_durations_are_usage_errors(text: str) -> None:
+    with pytest.raises(click.BadParameter, match="is not a duration"):
+        Duration().convert(text, None, None)
+
+
+def test_age_is_kubectl_short() -> None:
+    now = datetime(2026, 1, 2, 12, 0, 0, tzinfo=UTC)
+    assert age("2026-01-02T11:59:15Z", now) == "45s"
+    assert age("2026-01-02T11:48:00Z", now) == "12m"
+    assert age("2026-01-02T09:00:00Z", now) == "3h"
+    assert age("2025-12-28T12:00:00Z", now) == "5d"
+    assert age(None, now) == "?" and age("garbage", now) == "?"
+
+
+def _pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml", "labels": labels}}
+
+
+def test_replacement_selector_uses_the_controller_and_pins_statefulset_identity() -> None:
+    rs = {"kind": "ReplicaSet", "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": "5c8d"}}}}
+    assert hp.replacement_selector(_pod("web-5c8d-x", {"app": "web"}), rs) == rs["spec"]["selector"]
+    sts = {"kind": "StatefulSet", "spec": {"selector": {"matchLabels": {"app": "db"}}}}
+    assert hp.replacement_selector(_pod("db-1", {"app": "db"}), sts) == {
+        "matchLabels": {"app": "db", hp.STS_POD_NAME_LABEL: "db-1"}
+    }
+    assert sts["spec"]["selector"] == {"matchLabels": {"app": "db"}}  # the owner is not modified
+    assert hp.replacement_selector(_pod("solo", {"app": "solo"}), None) == {"matchLabels": {"app": "solo"}}
+    with pytest.raises(TargetError, match="no labels and no controller selector"):
+        hp.replacement_selector(_pod("bare", {}), None)
+
+
+def test_new_placement_is_the_crd_shape_and_checks_gpu_devices() -> None:
+    obj = hp.new_placement(
+        "ml", hp.placement_name("Trainer_X", "abc12"), "abc12", {"matchLabels": {"a": "b"}}, "n1", ["gpu-0/50"], "p-1"
+    )
+    assert obj["metadata"]["name"] == "trainer-x-abc12" and obj["kind"] == hp.KIND
+    assert obj["spec"] == {
+        "reqID": "abc12",
+        "podSelector": {"matchLabels": {"a": "b"}},
+        "nodeName": "n1",
+        "gpuDevices": ["gpu-0/50"],
+        "evictPod": "p-1",
+    }
+    with pytest.raises(TargetError, match="share one percentage"):
+        hp.new_placement("ml", "x", "abc12", {"matchLabels": {"a": "b"}}, "n1", ["gpu-0/50", "gpu-1/25"])
+    rid = hp.new_req_id()
+    assert 5 <= len(rid) <= 63 and rid.isalnum()
+
+
+def test_describe_and_reporter_print_each_change_once() -> None:
+    assert describe({"phase": "Pending"}) == "Pending: waiting for a matching pod to be created"
+    assert describe({"phase": "Pending", "reason": "WaitingForPDB", "message": "waiting: PDB x"}) == (
+        "Pending (WaitingForPDB): waiting: PDB x"
+    )
+    out = io.StringIO()
+    r = Reporter(out, tty=False)
+    for view in ({"phase": "Pending"}, {"phase": "Pending"}, {"phase": "Completed", "message": "done"}):
+        r.show(view)
+    lines = out.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "Pending: waiting for a matching pod to be created",
+        "Completed: done",
+    ]
+    assert lines[0][:4].isdigit() and lines[0][19] == "Z"  # timestamped for logs
+
+
+class _FakeStream:
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines, self.paths = lines, []
+
+    def stream(self, path: str, query: Any = None, read_timeout: float | None = None) -> Any:
+        self.paths.append(path)
+        return iter(self.lines)
+
+
+def test_sse_parser_yields_views_and_keepalives_and_stops_on_delete() -> None:
+    lines = [
+        b": keep-alive",
+        b"",
+        b"event: placement",
+        b'data: {"phase": "Pending"}',
+        b"",
+        b"event: placement",
+        b'data: {"phase":',
+        b'data: "Completed"}',
+        b"",
+    ]
+    fake = _FakeStream(lines)
+    views = list(_sse_views(fake, AgentRef(), "ml", "p", 5))  # type: ignore[arg-type]
+    assert views == [{}, {"phase": "Pending"}, {"phase": "Completed"}]
+    assert fake.paths == [
+        "/api/v1/namespaces/kube-system/services/https:gpu-descheduler-webhook:proxy/proxy/api/v1/placements/ml/p/events"
+    ]
+    deleted = _FakeStream([b"event: deleted", b'data: {"name": "p"}', b""])
+    with pytest.raises(Exception, match="was deleted"):
+        list(_sse_views(deleted, AgentRef(), "ml", "p", 5))  # type: ignore[arg-type]
