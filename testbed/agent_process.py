@@ -258,26 +258,24 @@ def expose_agent_service(api: Any, agent: AgentProcess, namespace: str, name: st
     # (pkg/registry/core/service/storage: isValidAddress). This stand-in Pod is never scheduled
     # (no such scheduler); its status carries the agent's address as a kubelet would write it.
     pod_name = f"{name}-local"
+    pod: Any = {
+        "metadata": {"name": pod_name, "labels": {"app": "gpu-descheduler-webhook"}},
+        "spec": {
+            "schedulerName": "no-such-scheduler",
+            "containers": [{"name": "agent", "image": "local/hami-place-agent:dev"}],
+        },
+    }
     with contextlib.suppress(ApiException):
-        core.create_namespaced_pod(
-            namespace,
-            {
-                "metadata": {"name": pod_name, "labels": {"app": "gpu-descheduler-webhook"}},
-                "spec": {
-                    "schedulerName": "no-such-scheduler",
-                    "containers": [{"name": "agent", "image": "local/hami-place-agent:dev"}],
-                },
-            },
-        )
+        core.create_namespaced_pod(namespace, pod)
     core.patch_namespaced_pod_status(
         pod_name, namespace, {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
     )
     ports = [("https", 8083, agent.port), ("proxy", 8084, agent.proxy_port)]
-    service = {
+    service: Any = {
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"ports": [{"name": n, "port": p, "targetPort": t, "protocol": "TCP"} for n, p, t in ports]},
     }
-    endpoints = {
+    endpoints: Any = {
         "metadata": {"name": name, "namespace": namespace},
         "subsets": [
             {
@@ -286,10 +284,11 @@ def expose_agent_service(api: Any, agent: AgentProcess, namespace: str, name: st
             }
         ],
     }
-    for create, replace, body in (
+    calls: Any = (
         (core.create_namespaced_service, core.replace_namespaced_service, service),
         (core.create_namespaced_endpoints, core.replace_namespaced_endpoints, endpoints),
-    ):
+    )
+    for create, replace, body in calls:
         try:
             create(namespace, body)
         except ApiException as e:

@@ -92,7 +92,8 @@ def test_move_evict_streams_progress_until_completed(live: Live) -> None:
     # non-TTY output: timestamped lines, one per state change, in order
     phases = [line.split()[1] for line in out.splitlines() if line[:4].isdigit()]
     assert phases[-1] == "Completed", out
-    assert "Evicting" in " ".join(phases) or "WaitingForPod" in " ".join(phases), out
+    # the eviction itself may finish before the stream opens; later states are always streamed
+    assert len(phases) >= 2 and "Completed" not in phases[:-1], out
     assert f"evicts pod {victim.metadata.name}" in out
     pod = wait_for(
         "the replacement Running",
@@ -113,9 +114,11 @@ def test_status_watch_follows_a_placement_to_completed(live: Live) -> None:
     listed = live.run("status", "-n", live.ns, "-o", "wide")
     assert listed.returncode == 0 and name in listed.stdout and "Pending" in listed.stdout, listed.stdout
     proc = live.popen("status", name, "-n", live.ns, "-w")
-    time.sleep(1.0)  # the watch is open: what follows is live
+    assert proc.stdout is not None
+    first = proc.stdout.readline() + proc.stdout.readline()  # header and the Pending row: the list is done
     apps.patch_namespaced_deployment_scale("watched", live.ns, {"spec": {"replicas": 1}})
-    out, err = proc.communicate(timeout=90)
+    rest, err = proc.communicate(timeout=90)
+    out = first + rest
     assert proc.returncode == 0, (out, err)
     rows = [line.split() for line in out.splitlines() if line.startswith(name)]
     assert rows[0][1] == "Pending" and rows[-1][1] == "Completed", out
@@ -320,9 +323,13 @@ def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(liv
             )
             wait_for(
                 "the placement",
-                lambda u=user: [p for p in placements(live.api, live.ns) if f"rbac-{u}" in p["metadata"]["name"]],
-                30,
+                lambda u=user, proc=proc: (
+                    proc.poll() is not None
+                    or [p for p in placements(live.api, live.ns) if f"rbac-{u}" in p["metadata"]["name"]]
+                ),
+                60,
             )
+            assert proc.poll() is None, (user, proc.communicate())
             apps.patch_namespaced_deployment_scale(f"rbac-{user}", live.ns, {"spec": {"replicas": 1}})
             out, err = proc.communicate(timeout=90)
             assert proc.returncode == 0, (user, out, err)
