@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -347,3 +348,46 @@ def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(liv
 
 def _role_ref(name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+
+
+def test_exec_plugin_and_official_client_paths_reach_the_same_answer(live: Live, tmp_path) -> None:
+    """The fast kubeconfig path runs exec credential plugins; HAMI_PLACE_KUBE_CLIENT=official (and
+    any kubeconfig shape the fast path does not take) goes through the official client."""
+    import yaml
+
+    from tests.agent.conftest import admin_token
+
+    client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("paths", replicas=0))
+    assert (
+        live.run("pin", "deploy/paths", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-0").returncode == 0
+    )
+    plugin = tmp_path / "cred-plugin.sh"
+    token = admin_token(live.api)
+    plugin.write_text(
+        "#!/bin/sh\n"
+        'test -n "$KUBERNETES_EXEC_INFO" || exit 9\n'
+        f'echo \'{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        f'"status":{{"token":"{token}"}}}}\'\n'
+    )
+    plugin.chmod(0o755)
+    kc = yaml.safe_load(live.testbed.write_token_kubeconfig(tmp_path / "exec.kubeconfig", "exec", "unused").read_text())
+    kc["users"][0]["user"] = {
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin), "interactionMode": "Never"}
+    }
+    (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(kc))
+    via_exec = live.run("status", "-A", "-o", "json", kubeconfig=tmp_path / "exec.kubeconfig")
+    assert via_exec.returncode == 0, via_exec.stderr
+    official = subprocess.run(
+        [str(live.binary), "status", "-A", "-o", "json"],
+        env={**live.env(), "HAMI_PLACE_KUBE_CLIENT": "official"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert official.returncode == 0, official.stderr
+    names = lambda out: sorted(i["name"] for i in json.loads(out)["items"])  # noqa: E731
+    assert names(via_exec.stdout) == names(official.stdout) and names(official.stdout)
+    kc["users"][0]["user"]["exec"]["command"] = str(tmp_path / "missing-plugin")
+    (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(kc))
+    broken = live.run("status", "-A", kubeconfig=tmp_path / "exec.kubeconfig")
+    assert broken.returncode == 1 and "exec plugin" in one_line_error(broken.stderr)
