@@ -172,3 +172,16 @@ def test_sse_parser_yields_views_and_keepalives_and_stops_on_delete() -> None:
     deleted = _FakeStream([b"event: deleted", b'data: {"name": "p"}', b""])
     with pytest.raises(Exception, match="was deleted"):
         list(_sse_views(deleted, AgentRef(), "ml", "p", 5))  # type: ignore[arg-type]
+
+
+def test_reporter_on_a_tty_draws_a_spinner_line_and_clears_it() -> None:
+    import time
+
+    out = io.StringIO()
+    with Reporter(out, tty=True) as r:
+        r.show({"phase": "WaitingForPod", "reason": "Evicted", "message": "evicted; waiting"})
+        time.sleep(0.35)
+    text = out.getvalue()
+    assert "WaitingForPod (Evicted): evicted; waiting\n" in text  # the permanent line
+    assert any(f"\r\x1b[K{frame} WaitingForPod" in text for frame in Reporter.SPINNER)  # redrawn in place
+    assert text.endswith("\r\x1b[K")  # nothing left on the terminal line after exit
