@@ -19,11 +19,21 @@ from typing import Any
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice
 from hami_place_core.requests import pod_request
+from hami_place_core.simulate import fit_on_node
+from hami_place_core.state import build_state, upsert_pod
 
 
 class AllocationStandIn:
-    def __init__(self, api: Any, namespaces: set[str] | None = None, interval: float = 0.2) -> None:
+    """With ``choose_gpus``, it also allocates unpinned pods: on the node kube-scheduler bound them
+    to, it picks GPUs the way HAMi's Fit does with its default GPU policy (spread), using the
+    shared model's simulator (hami_place_core/simulate.py). That lets tests build the scattered
+    layouts a long-running HAMi cluster has, without choosing them by hand."""
+
+    def __init__(
+        self, api: Any, namespaces: set[str] | None = None, interval: float = 0.2, choose_gpus: bool = False
+    ) -> None:
         self.api = api
+        self.choose_gpus = choose_gpus
         self.namespaces = namespaces
         self.interval = interval
         self.allocated: list[str] = []
@@ -51,6 +61,9 @@ class AllocationStandIn:
     def _pass(self, core: Any) -> None:
         pods = self.api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
         nodes: dict[str, Any] = {}
+        state = None
+        if self.choose_gpus:
+            state = build_state(self.api.sanitize_for_serialization(core.list_node().items), pods)
         for pod in pods:
             meta, spec = pod["metadata"], pod["spec"]
             if self.namespaces is not None and meta["namespace"] not in self.namespaces:
@@ -61,10 +74,13 @@ class AllocationStandIn:
             if (
                 spec.get("schedulerName") != "hami-scheduler"
                 or not node
-                or not uuids
                 or ann.POD_DEVICES_ALLOCATED in annotations
                 or meta.get("deletionTimestamp")
             ):
+                continue
+            if not uuids:
+                if state is not None and node in state.nodes:
+                    self._choose(core, state, pod, node)
                 continue
             if node not in nodes:
                 raw = core.read_node(node).metadata.annotations or {}
@@ -101,3 +117,24 @@ class AllocationStandIn:
                 },
             )
             self.allocated.append(f"{meta['namespace']}/{meta['name']}")
+
+    def _choose(self, core: Any, state: Any, pod: dict[str, Any], node: str) -> None:
+        request = pod_request(pod)
+        if not request.gpu_containers:
+            return
+        devices = fit_on_node(request, state.nodes[node], "spread")
+        if devices is None:
+            return  # HAMi's Filter would have refused this node; the pod stays unallocated
+        encoded = ann.encode_pod_devices([list(c) for c in devices])
+        annotations = {
+            ann.POD_VGPU_NODE: node,
+            ann.POD_VGPU_TIME: str(int(time.time())),
+            ann.POD_DEVICES_TO_ALLOCATE: encoded,
+            ann.POD_DEVICES_ALLOCATED: encoded,
+            ann.POD_BIND_PHASE: "success",
+        }
+        meta = pod["metadata"]
+        core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {"annotations": annotations}})
+        meta.setdefault("annotations", {}).update(annotations)
+        upsert_pod(state, pod)  # later pods of this pass see the usage
+        self.allocated.append(f"{meta['namespace']}/{meta['name']}")

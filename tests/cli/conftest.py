@@ -119,7 +119,7 @@ def live(testbed: TestBed, api: Any, binary: Path, tmp_path_factory: pytest.Temp
         agents.start()
         expose_agent_service(api, agents.agent, AGENT_NS, AGENT_SVC)
         ns = agents.namespace("cli")
-        targets = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(2)]
+        targets = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(3)]
         testbed.add_nodes(targets)
         # Until the real HAMi scheduler can run here, this writes HAMi's allocation for pinned pods.
         standin = AllocationStandIn(api, {ns}).start()

@@ -316,7 +316,7 @@ def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(liv
                 "-n",
                 live.ns,
                 "--node",
-                live.targets[1].name,
+                live.targets[2].name,  # this test's own node: other tests fill the first two
                 "--gpu",
                 gpu,
                 "-w",

@@ -92,7 +92,9 @@ def test_make_demo_end_to_end_and_down(demo_dir: Path) -> None:
     for step in ("4/6", "5/6"):
         phases = [line.split()[1] for line in steps[step].splitlines() if line[:4].isdigit() and "T" in line[:11]]
         assert phases and phases[-1] == "Completed", steps[step]
-    assert "Bound" in steps["4/6"] and "Evicting" in steps["5/6"], steps["4/6"] + steps["5/6"]
+    # the eviction itself can finish before the stream opens, so only later states are certain
+    assert "Bound" in steps["4/6"] and "evicts pod" in steps["5/6"], steps["4/6"] + steps["5/6"]
+    assert "following the placement object instead" not in result.stderr + result.stdout
     assert "export KUBECONFIG=" in result.stdout and "make demo-down" in result.stdout
 
     state = json.loads((demo_dir / demo.STATE_FILE).read_text())
