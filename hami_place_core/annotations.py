@@ -40,6 +40,10 @@ NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
 USE_GPU_TYPE = "nvidia.com/use-gputype"
 NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 
+# hami-place's own pod annotation: "false" keeps the defragmentation planner from moving the pod
+# (any other value, or none, allows it). Read by hami_place_core.planner.
+POD_DEFRAG = "scheduling.hami.placement.com/defrag"
+
 # Pod annotations the domain model reads (snapshots and the agent's cache keep these, drop the rest).
 MODEL_POD_ANNOTATIONS = (
     POD_VGPU_NODE,
@@ -51,6 +55,7 @@ MODEL_POD_ANNOTATIONS = (
     NOUSE_GPU_TYPE,
     POD_GPU_SCHEDULER_POLICY,
     POD_NODE_SCHEDULER_POLICY,
+    POD_DEFRAG,
 )
 
 WEBHOOK_IGNORE_LABEL = "hami.io/webhook"  # value "ignore" opts a namespace/object out

@@ -101,6 +101,8 @@ class DeviceSelectors:
 
     def type_allowed(self, gpu_type: str) -> bool:
         # CheckType: case-insensitive substring match against the registered type.
+        if not self.use_types and not self.nouse_types:
+            return True
         upper = gpu_type.upper()
         if self.use_types and not any(t.upper() in upper for t in self.use_types):
             return False

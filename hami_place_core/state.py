@@ -43,6 +43,14 @@ class PodAllocation:
     containers: tuple[tuple[str, ...], ...]
     request: PodRequest
     error: str | None = None
+    # What kube-scheduler's filters and the planner read besides the GPU request. References into
+    # the pod object (never copied, never mutated); a snapshot carries all of them but
+    # `terminating` (snapshots hold no deletionTimestamp).
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    terminating: bool = False
 
     @property
     def key(self) -> str:
@@ -196,6 +204,11 @@ def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) 
         containers=containers,
         request=pod_request(pod, config),
         error=decoded.error or warning,
+        node_selector=spec.get("nodeSelector") or {},
+        affinity=spec.get("affinity") or {},
+        tolerations=tuple(spec.get("tolerations") or ()),
+        annotations=annotations,
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 

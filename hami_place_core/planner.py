@@ -1,0 +1,969 @@
+"""The defragmentation planner: an ordered list of pod moves that frees whole GPUs or lowers FGD.
+
+Input is a :class:`~hami_place_core.state.ClusterState` (live, or read from a snapshot); output a
+:class:`Plan` whose moves are valid one after another: each move evicts a pod and pins its
+replacement (a HamiPodPlacement with ``evictPod``) to GPUs where HAMi's Fit
+(:func:`hami_place_core.fit.gpu_fit_reason`) holds in the state left by the moves before it, with
+the pod's own request, GPU-type and UUID selectors, on a node kube-scheduler would accept
+(:mod:`hami_place_core.planner_constraints`). No GPU is ever oversubscribed, even between moves.
+
+**Algorithm (objective ``free-gpus``).** A GPU counts as freed when every pod on it has left,
+so emptying one costs at least one move per pod on it. Candidates (GPUs whose pods may all move;
+never GPUs of exclusive pods, which would only trade one whole GPU for another) are taken
+cheapest first: fewest pods, then the lightest GPU, then the lightest node. A candidate's pods,
+largest first, each go best-fit into a GPU that stays in use: the one left with the least free
+compute that still passes Fit (among equals the pod's own node, then GPUs already receiving,
+then the busiest). The evacuation is committed only if *all* its pods fit, else nothing moves.
+Three passes: direct placements only; then *ejection chains* one and two deep, where a pod that
+fits nowhere takes the place of up to two smaller pods on a nearly fitting GPU, which move on
+first (recursively); each evacuation may cost at most ``max_moves_per_gpu`` moves in all. Up to
+here a pod moves once and a GPU that received a pod is never emptied. A last pass repeats the
+three with both allowed: a pod already moving may get another place at no extra move (or go home,
+saving one). Finally the moves are put in an order where each one fits when made (the order the
+places were chosen, always taking the first move that fits): every prefix of the plan is valid,
+and the cheap frees come first. If no such order exists, the plan of the first passes is kept.
+
+**Objective ``fragmentation``.** The same evacuations, committed only when they lower the FGD
+fragmentation of the workload mix (:mod:`hami_place_core.fragmentation`) by at least
+``min_fgd_gain`` GPU per move; then single moves of small pods into other GPUs' free compute
+where that alone lowers FGD by at least as much.
+
+Deterministic: GPUs and pods are visited in sorted order, ties broken by node name and GPU index.
+A caller that applies moves one at a time (``defrag --apply``) should re-plan from the live state
+after each move and take :attr:`Plan.moves` ``[0]``, passing the moves already made per workload
+in :attr:`PlanOptions.workload_moves_used` so disruption limits hold across re-plans.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hami_place_core.annotations import GpuDevice
+from hami_place_core.fit import NO_SELECTORS, GpuUsage, fit_pod, gpu_fit_reason
+from hami_place_core.fragmentation import (
+    ClusterMetrics,
+    FitTable,
+    WorkloadMix,
+    cluster_metrics,
+    free_share,
+    mix_from_state,
+)
+from hami_place_core.planner_constraints import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    SCHEDULING_EFFECTS,
+    constraint_signature,
+    immovable_reason,
+    node_refusal,
+    node_schedulable,
+)
+from hami_place_core.requests import GpuRequest
+from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod
+
+Objective = Literal["free-gpus", "fragmentation"]
+OBJECTIVES: tuple[Objective, ...] = ("free-gpus", "fragmentation")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    objective: Objective = "free-gpus"
+    max_moves: int | None = None  # the whole plan; None = no limit
+    excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    # PodDisruptionBudget-style limit: moves per workload (namespace/Kind/name of the controller)
+    max_moves_per_workload: int = 1
+    workload_limits: Mapping[str, int] = field(default_factory=dict)  # per-workload overrides
+    workload_moves_used: Mapping[str, int] = field(default_factory=dict)  # already spent (apply loops)
+    # One freed GPU may cost at most this many moves (its own pods plus the moves making room).
+    max_moves_per_gpu: int = 8
+    mix: WorkloadMix | None = None  # fragmentation: the workload mix; default: the pods' own
+    min_fgd_gain: float = 0.02  # fragmentation: least FGD (in GPUs) a move must remove
+
+    def limit_of(self, workload: str) -> int:
+        return self.workload_limits.get(workload, self.max_moves_per_workload)
+
+
+@dataclass(frozen=True)
+class Move:
+    """Evict `pod` and pin its replacement to `to_gpus` (NVML indices) on `to_node`."""
+
+    pod: str  # namespace/name
+    workload: str | None
+    from_node: str
+    from_gpus: tuple[int, ...]
+    to_node: str
+    to_gpus: tuple[int, ...]
+    to_uuids: tuple[str, ...]
+    reason: str
+    frees: tuple[str, ...] = ()  # GPUs ("node/gpu-N") this move leaves empty
+
+    @property
+    def namespace(self) -> str:
+        return self.pod.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.pod.split("/", 1)[1]
+
+    @property
+    def gpu_devices(self) -> list[str]:
+        """The HamiPodPlacement ``gpuDevices``: whole entries, so the pod keeps its own request."""
+        return [f"gpu-{i}" for i in self.to_gpus]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "workload": self.workload,
+            "from": {"node": self.from_node, "gpus": list(self.from_gpus)},
+            "to": {"node": self.to_node, "gpus": list(self.to_gpus), "uuids": list(self.to_uuids)},
+            "reason": self.reason,
+            "frees": list(self.frees),
+        }
+
+
+@dataclass(frozen=True)
+class PlanMetrics:
+    whole_free: int
+    in_use: int
+    free: float
+    stranded: float
+    fgd: float
+
+    @classmethod
+    def of(cls, m: ClusterMetrics) -> PlanMetrics:
+        t = m.total
+        return cls(t.whole_free, t.in_use, round(t.free, 4), round(t.stranded, 4), round(t.fgd, 4))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "wholeGpusFree": self.whole_free,
+            "gpusInUse": self.in_use,
+            "free": self.free,
+            "stranded": self.stranded,
+            "fgd": self.fgd,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    objective: Objective
+    moves: tuple[Move, ...]
+    before: PlanMetrics
+    after: PlanMetrics
+    immovable: tuple[tuple[str, int], ...]  # reason -> number of pods, most common first
+    seconds: float
+
+    @property
+    def gpus_freed(self) -> int:
+        return self.after.whole_free - self.before.whole_free
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "objective": self.objective,
+            "moves": [m.as_dict() for m in self.moves],
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "gpusFreed": self.gpus_freed,
+            "immovablePods": dict(self.immovable),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ---- the planning engine --------------------------------------------------------------------------
+# Ejection chains: at most MAX_DEPTH pods moved on in a row to make room, EJECT_GROUP pods at most
+# taken off one GPU, and EJECT_SCAN nearly fitting GPUs looked at per level of depth before an
+# evacuation gives up (bounds the time).
+MAX_DEPTH = 2
+EJECT_SCAN = 1000
+EJECT_GROUP = 2
+
+_Entry = tuple[int, int, int]  # (not locked, -pods, gid): the order of GPUs within a free-compute level
+_Record = tuple[int, tuple[int, ...], list[int], int]  # undo: pod, GPUs before, GPUs it locked, event before
+_Step = tuple[int, tuple[int, ...]]  # pod, target GPUs
+
+
+class _Engine:
+    """GPUs and pods as integer ids over arrays, with best-fit buckets keyed by free compute.
+
+    The engine holds the *final* place of every pod: a pod away from its original GPUs is a move.
+    Moves are put in an order that keeps every step valid by :meth:`sequence` at the end.
+    """
+
+    def __init__(self, state: ClusterState, options: PlanOptions) -> None:
+        self.state = state
+        self.options = options
+        self.g_node: list[str] = []
+        self.g_dev: list[GpuDevice] = []
+        self.g_use: list[GpuUsage] = []
+        self.g_cordoned: list[frozenset[str]] = []
+        self.g_pods: list[list[int]] = []
+        self.g_counts: list[bool] = []  # an empty GPU here counts as a whole free GPU
+        self.g_locked: list[bool] = []  # received a pod (first phase: never emptied afterwards)
+        self.node_gids: dict[str, list[int]] = {}
+        gid_of: dict[str, int] = {}
+        for name in sorted(state.nodes):
+            node = state.nodes[name]
+            ok = node_schedulable(node)
+            ids = []
+            for d in node.devices:
+                gid = len(self.g_dev)
+                gid_of[d.uuid] = gid
+                ids.append(gid)
+                self.g_node.append(name)
+                self.g_dev.append(d)
+                self.g_use.append((node.usage.get(d.uuid) or GpuUsage()).copy())
+                self.g_cordoned.append(node.cordoned)
+                self.g_pods.append([])
+                self.g_counts.append(ok and d.health and d.uuid not in node.cordoned)
+                self.g_locked.append(False)
+            self.node_gids[name] = ids
+        self.p_alloc: list[PodAllocation] = []
+        self.p_origin: list[tuple[int, ...]] = []
+        self.p_gids: list[tuple[int, ...]] = []
+        self.p_req: list[GpuRequest | None] = []
+        self.p_movable: list[bool] = []
+        self.p_event: list[int] = []  # when the pod was last given a new place (sequencing priority)
+        self.p_workload: list[str | None] = []
+        self.p_sig: list[str] = []
+        self.p_reason: dict[int, str] = {}
+        reasons: dict[str, int] = {}
+        excluded = options.excluded_namespaces
+        for key in sorted(state.pods):
+            alloc = state.pods[key]
+            if alloc.node not in state.nodes or not alloc.per_gpu:
+                continue
+            pid = len(self.p_alloc)
+            gids = tuple(sorted(gid_of[u] for u in alloc.per_gpu if u in gid_of))
+            why = immovable_reason(alloc, excluded, state.problems)
+            if why is None and len(gids) != len(alloc.per_gpu):
+                why = "its allocation names a GPU its node does not register"
+            workload = (
+                f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind is not None else None
+            )
+            if (
+                why is None
+                and workload is not None
+                and options.workload_moves_used.get(workload, 0) >= options.limit_of(workload)
+            ):
+                why = "its workload has used its disruption budget"
+            if why is not None:
+                head = why.split(":")[0]
+                reasons[head] = reasons.get(head, 0) + 1
+            gpu = alloc.request.gpu_containers
+            self.p_alloc.append(alloc)
+            self.p_origin.append(gids)
+            self.p_gids.append(gids)
+            self.p_req.append(gpu[0] if len(gpu) == 1 else None)
+            self.p_movable.append(why is None)
+            self.p_event.append(0)
+            self.p_workload.append(workload)
+            self.p_sig.append(constraint_signature(alloc) if why is None else "")
+            for g in gids:
+                self.g_pods[g].append(pid)
+        self.immovable = tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        self.g_sizes: list[list[int]] = [[] for _ in self.g_dev]  # compute of the pods on each GPU, largest first
+        for g in range(len(self.g_dev)):
+            self._sizes(g)
+        self.workload_used: dict[str, int] = dict(options.workload_moves_used)
+        self.moves_made = 0  # pods away from their original GPUs
+        self.max_moves = (1 << 30) if options.max_moves is None else options.max_moves
+        self.reroute = False  # second phase: pods already moved may be given another place
+        self.event = 0
+        self.sig_nodes: dict[str, frozenset[str]] = {}
+        # Taints keep even pods without any scheduling constraint off a node.
+        self.tainted = any(t.get("effect") in SCHEDULING_EFFECTS for n in state.nodes.values() for t in n.taints)
+        # best-fit buckets: free compute -> sorted entries of GPUs that are in use and may receive
+        self.buckets: dict[int, list[_Entry]] = {}
+        self.levels: list[int] = []  # the free-compute levels that have GPUs, ascending
+        self.g_entry: list[tuple[int, _Entry] | None] = [None] * len(self.g_dev)
+        for g in range(len(self.g_dev)):
+            self._index(g)
+        self.evacuated: list[int] = []  # GPUs emptied, in order
+        self._cap = self._work = self._base = 0
+
+    # -- indexing --
+    def _free(self, g: int) -> int:
+        return self.g_dev[g].devcore - self.g_use[g].usedcores
+
+    def _open(self, g: int) -> bool:
+        return self.g_counts[g] and self.g_use[g].used > 0
+
+    def _index(self, g: int) -> None:
+        old = self.g_entry[g]
+        if old is not None:
+            level, entry = old
+            bucket = self.buckets[level]
+            del bucket[bisect.bisect_left(bucket, entry)]
+            if not bucket:
+                del self.buckets[level]
+                del self.levels[bisect.bisect_left(self.levels, level)]
+            self.g_entry[g] = None
+        if self._open(g):
+            entry = (0 if self.g_locked[g] else 1, -len(self.g_pods[g]), g)
+            level = self._free(g)
+            if level not in self.buckets:
+                self.buckets[level] = []
+                bisect.insort(self.levels, level)
+            bisect.insort(self.buckets[level], entry)
+            self.g_entry[g] = (level, entry)
+
+    def _sizes(self, g: int) -> None:
+        self.g_sizes[g] = sorted((r.coresreq for q in self.g_pods[g] if (r := self.p_req[q]) is not None), reverse=True)
+
+    def label(self, g: int) -> str:
+        return f"{self.g_node[g]}/gpu-{self.g_dev[g].index}"
+
+    # -- constraints --
+    def eligible_nodes(self, p: int) -> frozenset[str] | None:
+        """Nodes the pod's replacement may go to; None = every schedulable node."""
+        sig = self.p_sig[p]
+        if not sig and not self.tainted:
+            return None
+        nodes = self.sig_nodes.get(sig)
+        if nodes is None:
+            alloc = self.p_alloc[p]
+            nodes = frozenset(n for n, s in self.state.nodes.items() if node_refusal(alloc, s) is None)
+            self.sig_nodes[sig] = nodes
+        return nodes
+
+    def fits(self, p: int, g: int, req: GpuRequest, nodes: frozenset[str] | None) -> bool:
+        if g in self.p_gids[p]:
+            return False
+        if nodes is not None and self.g_node[g] not in nodes and g not in self.p_origin[p]:
+            return False
+        sel = self.p_alloc[p].request.selectors
+        return gpu_fit_reason(req, self.g_dev[g], self.g_use[g], sel, self.g_cordoned[g]) is None
+
+    def moved(self, p: int) -> bool:
+        return self.p_gids[p] != self.p_origin[p]
+
+    def can_move(self, p: int) -> bool:
+        if not self.p_movable[p] or self.p_req[p] is None:
+            return False
+        if self.moved(p):
+            return self.reroute  # a new place for a pod already moving costs no extra move
+        if self.moves_made >= self.max_moves:
+            return False
+        wl = self.p_workload[p]
+        return wl is None or self.workload_used.get(wl, 0) < self.options.limit_of(wl)
+
+    def needs_empty_gpu(self, p: int) -> bool:
+        """An exclusive request (all cores, or all memory) only fits an unused GPU: moving it frees
+        one GPU and takes another, so it never pays for itself."""
+        req = self.p_req[p]
+        return req is not None and (req.coresreq >= 100 or req.mem_percentage == 100)
+
+    # -- choosing a target --
+    def best_target(self, p: int, exclude: set[int] | frozenset[int]) -> tuple[int, ...] | None:
+        """Best fit: the GPU(s) left with the least free compute; among equals the pod's original
+        GPU, then its own node, then GPUs already receiving, then the busiest, then by node name
+        and index."""
+        req = self.p_req[p]
+        assert req is not None
+        nodes = self.eligible_nodes(p)
+        if req.nums > 1:
+            return self._best_multi(p, req, nodes, exclude)
+        need = req.coresreq
+        home = self.p_alloc[p].node
+        origin = self.p_origin[p]
+        if nodes is not None and len(nodes) <= 32:
+            # Few nodes allowed: look at their GPUs directly rather than scan every bucket.
+            pool = [g for n in sorted(nodes | {home}) for g in self.node_gids.get(n, ())]
+            best = min(
+                (
+                    (self._free(g), 0 if g in origin else 1, 0 if self.g_node[g] == home else 1, entry[1], g)
+                    for g in pool
+                    if (entry := self.g_entry[g]) is not None and g not in exclude and self.fits(p, g, req, nodes)
+                ),
+                default=None,
+            )
+            return None if best is None else (best[4],)
+        home_fit: dict[int, list[tuple[int, _Entry, int]]] = {}
+        for g in self.node_gids.get(home, ()):
+            entry = self.g_entry[g]
+            if entry is not None and g not in exclude and self.fits(p, g, req, nodes):
+                home_fit.setdefault(entry[0], []).append((0 if g in origin else 1, entry[1], g))
+        levels = self.levels
+        for i in range(bisect.bisect_left(levels, need), len(levels)):
+            level = levels[i]
+            if level in home_fit:
+                return (min(home_fit[level])[2],)
+            for _, _, g in self.buckets[level]:
+                if g not in exclude and self.fits(p, g, req, nodes):
+                    return (g,)
+        return None
+
+    def _best_multi(
+        self, p: int, req: GpuRequest, nodes: frozenset[str] | None, exclude: set[int] | frozenset[int]
+    ) -> tuple[int, ...] | None:
+        best: tuple[tuple[int, int, str], tuple[int, ...]] | None = None
+        home = self.p_alloc[p].node
+        for name in sorted(self.node_gids) if nodes is None else sorted(nodes):
+            fitting = [
+                g
+                for g in self.node_gids.get(name, ())
+                if g not in exclude and self.g_entry[g] is not None and self.fits(p, g, req, nodes)
+            ]
+            if len(fitting) < req.nums:
+                continue
+            fitting.sort(key=lambda g: (self._free(g), g))
+            chosen = tuple(sorted(fitting[: req.nums]))
+            score = (sum(self._free(g) for g in chosen) - req.coresreq * req.nums, 0 if name == home else 1, name)
+            if best is None or score < best[0]:
+                best = (score, chosen)
+        return None if best is None else best[1]
+
+    # -- applying and undoing --
+    def _shift(self, p: int, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        req = self.p_req[p]
+        assert req is not None
+        was_moved = self.moved(p)
+        for g in old:
+            d, u = self.g_dev[g], self.g_use[g]
+            u.used -= 1
+            u.usedmem -= req.memory_on(d.devmem)
+            u.usedcores -= req.coresreq
+            self.g_pods[g].remove(p)
+            self._sizes(g)
+        for g in new:
+            d, u = self.g_dev[g], self.g_use[g]
+            u.used += 1
+            u.usedmem += req.memory_on(d.devmem)
+            u.usedcores += req.coresreq
+            self.g_pods[g].append(p)
+            self._sizes(g)
+        self.p_gids[p] = new
+        now_moved = self.moved(p)
+        if was_moved != now_moved:
+            step = 1 if now_moved else -1
+            self.moves_made += step
+            wl = self.p_workload[p]
+            if wl is not None:
+                self.workload_used[wl] = self.workload_used.get(wl, 0) + step
+
+    def apply(self, p: int, target: tuple[int, ...]) -> _Record:
+        old = self.p_gids[p]
+        self._shift(p, old, target)
+        locked = [g for g in target if not self.g_locked[g]]
+        for g in locked:
+            self.g_locked[g] = True
+        record = (p, old, locked, self.p_event[p])
+        self.event += 1
+        self.p_event[p] = self.event
+        for g in (*old, *target):
+            self._index(g)
+        return record
+
+    def undo(self, record: _Record) -> None:
+        p, old, locked, event = record
+        target = self.p_gids[p]
+        self._shift(p, target, old)
+        for g in locked:
+            self.g_locked[g] = False
+        self.p_event[p] = event
+        for g in (*old, *target):
+            self._index(g)
+
+    def rollback(self, records: list[_Record]) -> None:
+        for r in reversed(records):
+            self.undo(r)
+
+    # -- evacuations --
+    def candidates(self) -> list[int]:
+        """GPUs worth emptying (every pod on them movable), cheapest first: fewest new moves, then
+        the lightest GPU, then the lightest node."""
+        node_load: dict[str, float] = {}
+        for name, gids in self.node_gids.items():
+            total = sum(self.g_dev[g].devcore for g in gids)
+            node_load[name] = sum(self.g_use[g].usedcores for g in gids) / total if total else 0.0
+        out = []
+        for g in range(len(self.g_dev)):
+            if not self._open(g) or (self.g_locked[g] and not self.reroute):
+                continue
+            if all(self.can_move(p) and not self.needs_empty_gpu(p) for p in self.g_pods[g]):
+                out.append(g)
+        d = self.g_dev
+        out.sort(
+            key=lambda g: (
+                sum(1 for p in self.g_pods[g] if not self.moved(p)),
+                len(self.g_pods[g]),
+                self.g_use[g].usedcores / d[g].devcore if d[g].devcore else 1.0,
+                node_load[self.g_node[g]],
+                g,
+            )
+        )
+        return out
+
+    def kind_of(self, g: int) -> tuple[Any, ...]:
+        """What decides whether GPU g can be emptied, but for where it is: its pods' requests,
+        selectors and node constraints, and whether they already moved."""
+        items = [
+            (self.p_req[p], self.p_alloc[p].request.selectors, self.p_sig[p], self.moved(p)) for p in self.g_pods[g]
+        ]
+        return tuple(sorted(items, key=repr))
+
+    def _size(self, p: int) -> tuple[int, int, int]:
+        req = self.p_req[p]
+        assert req is not None
+        return (req.coresreq, req.memory_on(self.g_dev[self.p_gids[p][0]].devmem), -p)
+
+    def evacuate(self, x: int, depth: int, budget: int) -> tuple[list[_Step], list[_Record]] | None:
+        """Move every pod off GPU `x`, all or nothing, for at most `budget` more moves, making room
+        with ejection chains up to `depth` deep: the steps (already applied) and their undo
+        records, or None with nothing changed."""
+        pods = sorted(self.g_pods[x], key=self._size, reverse=True)
+        if not all(self.can_move(p) for p in pods):
+            return None
+        self._base = self.moves_made
+        self._cap = min(budget, self.max_moves - self.moves_made + sum(1 for p in pods if self.moved(p)))
+        if sum(1 for p in pods if not self.moved(p)) > self._cap:
+            return None
+        self._work = EJECT_SCAN * depth
+        records: list[_Record] = []
+        steps: list[_Step] = []
+        for p in pods:
+            if p not in self.g_pods[x]:
+                continue  # a multi-GPU pod already moved with another share
+            if not self.place(p, frozenset((x,)), depth, steps, records):
+                self.rollback(records)
+                return None
+        if self.moves_made - self._base > self._cap or self.g_pods[x]:
+            self.rollback(records)
+            return None
+        self.evacuated.append(x)
+        return steps, records
+
+    def place(self, p: int, exclude: frozenset[int], depth: int, steps: list[_Step], records: list[_Record]) -> bool:
+        """Move pod `p` somewhere outside `exclude`: best fit, or else make room on a nearly fitting
+        GPU by moving some of its pods on first (recursively, `depth` deep). Applied when True."""
+        if not self.can_move(p):  # e.g. a sibling of its workload already took the budget
+            return False
+        target = self.best_target(p, exclude)
+        if target is not None:
+            records.append(self.apply(p, target))
+            steps.append((p, target))
+            return True
+        req = self.p_req[p]
+        assert req is not None
+        if depth <= 0 or req.nums != 1 or self.moves_made - self._base >= self._cap:
+            return False
+        nodes = self.eligible_nodes(p)
+        sel = self.p_alloc[p].request.selectors
+        typed = sel != NO_SELECTORS
+        # Each ejected pod needs room elsewhere: a group makes at most EJECT_GROUP times the
+        # largest free compute there is.
+        most = EJECT_GROUP * (self.levels[-1] if self.levels else 0)
+        for level in range(req.coresreq - 1, max(-1, req.coresreq - most - 1), -1):
+            for _, _, t in list(self.buckets.get(level, ())):
+                if t in exclude or t in self.p_gids[p]:
+                    continue
+                if nodes is not None and self.g_node[t] not in nodes and t not in self.p_origin[p]:
+                    continue
+                d = self.g_dev[t]
+                if typed and (not sel.type_allowed(d.type) or not sel.uuid_allowed(d.uuid)):
+                    continue
+                self._work -= 1
+                if self._work < 0:
+                    return False
+                # Quick check before trying sets: the smaller pods on t must free enough compute.
+                room = level
+                taken = 0
+                for c in self.g_sizes[t]:
+                    if c < req.coresreq:
+                        room += c
+                        taken += 1
+                        if taken == EJECT_GROUP:
+                            break
+                if room < req.coresreq:
+                    continue
+                for group in self._ejections(p, t):
+                    mark = len(records)
+                    ok = all(self.place(q, exclude | {t}, depth - 1, steps, records) for q in group)
+                    if ok and self.can_move(p) and self.fits(p, t, req, nodes):
+                        records.append(self.apply(p, (t,)))
+                        steps.append((p, (t,)))
+                        return True
+                    self.rollback(records[mark:])
+                    del records[mark:], steps[mark:]
+                    if self._work < 0:
+                        return False
+        return False
+
+    def _ejections(self, p: int, t: int) -> list[tuple[int, ...]]:
+        """Sets of pods (up to EJECT_GROUP, largest first within a set) whose leaving GPU `t` makes
+        room for single-GPU pod `p`: fewest pods first, then least compute moved."""
+        req = self.p_req[p]
+        assert req is not None
+        d, u = self.g_dev[t], self.g_use[t]
+        sel = self.p_alloc[p].request.selectors
+        # Only pods smaller than p: every chain then ends, and no pod is swapped for its equal.
+        movable = [
+            q
+            for q in self.g_pods[t]
+            if (r := self.p_req[q]) is not None and r.nums == 1 and r.coresreq < req.coresreq and self.can_move(q)
+        ]
+        out: list[tuple[int, int, tuple[int, ...]]] = []
+        for k in range(1, 1 + min(EJECT_GROUP, len(movable))):
+            for group in itertools.combinations(movable, k):
+                mem = cores = 0
+                for q in group:
+                    r = self.p_req[q]
+                    assert r is not None
+                    mem += r.memory_on(d.devmem)
+                    cores += r.coresreq
+                after = GpuUsage(u.used - k, u.usedmem - mem, u.usedcores - cores)
+                if gpu_fit_reason(req, d, after, sel, self.g_cordoned[t]) is None:
+                    out.append((k, cores, tuple(sorted(group, key=self._size, reverse=True))))
+            if out:
+                break  # fewest pods first: a larger set only if no smaller one makes room
+        out.sort()
+        return [g for _, _, g in out]
+
+    # -- the moves, in an order where each one is valid --
+    def sequence(self) -> list[Move] | None:
+        """Every pod away from its original GPUs, as moves in an order where each fits when made:
+        by when its place was chosen, each time taking the first that fits. None on a deadlock."""
+        pending = sorted((p for p in range(len(self.p_alloc)) if self.moved(p)), key=lambda p: (self.p_event[p], p))
+        final_empty = {g for g in range(len(self.g_dev)) if self.g_counts[g] and not self.g_pods[g]}
+        use = [GpuUsage(u.used, u.usedmem, u.usedcores) for u in self.g_use]
+        pods = [len(x) for x in self.g_pods]
+        for p in pending:  # back to the original state
+            req = self.p_req[p]
+            assert req is not None
+            for g, sign in ((g, -1) for g in self.p_gids[p]):
+                _add(use[g], req, self.g_dev[g], sign)
+                pods[g] -= 1
+            for g in self.p_origin[p]:
+                _add(use[g], req, self.g_dev[g], +1)
+                pods[g] += 1
+        out: list[Move] = []
+        while pending:
+            chosen = next((i for i, p in enumerate(pending) if self._fits_now(p, use)), None)
+            if chosen is None:
+                return None
+            p = pending[chosen]
+            req = self.p_req[p]
+            assert req is not None
+            target = self.p_gids[p]
+            del pending[chosen]
+            frees = []
+            for g in self.p_origin[p]:
+                _add(use[g], req, self.g_dev[g], -1)
+                pods[g] -= 1
+                if pods[g] == 0 and g in final_empty:
+                    frees.append(self.label(g))
+            for g in target:
+                _add(use[g], req, self.g_dev[g], +1)
+                pods[g] += 1
+            origin = self.p_origin[p]
+            reason = self.p_reason.get(p) or (
+                f"empty {self.label(origin[0])}"
+                if all(g in final_empty for g in origin)
+                else f"make room ({self.label(origin[0])} stays in use)"
+            )
+            out.append(
+                Move(
+                    pod=self.p_alloc[p].key,
+                    workload=self.p_workload[p],
+                    from_node=self.p_alloc[p].node,
+                    from_gpus=tuple(sorted(self.g_dev[g].index for g in origin)),
+                    to_node=self.g_node[target[0]],
+                    to_gpus=tuple(self.g_dev[g].index for g in target),
+                    to_uuids=tuple(self.g_dev[g].uuid for g in target),
+                    reason=reason,
+                    frees=tuple(frees),
+                )
+            )
+        return out
+
+    def _fits_now(self, p: int, use: list[GpuUsage]) -> bool:
+        """Pod p fits its final GPUs in the usage `use` (with itself taken off its original GPUs)."""
+        req = self.p_req[p]
+        assert req is not None
+        sel = self.p_alloc[p].request.selectors
+        for g in self.p_gids[p]:
+            u = use[g].copy()
+            if g in self.p_origin[p]:
+                _add(u, req, self.g_dev[g], -1)
+            if gpu_fit_reason(req, self.g_dev[g], u, sel, self.g_cordoned[g]) is not None:
+                return False
+        return True
+
+    def snapshot(self) -> list[tuple[int, ...]]:
+        return list(self.p_gids)
+
+    def restore(self, places: list[tuple[int, ...]], events: list[int]) -> None:
+        for p, target in enumerate(places):
+            if self.p_gids[p] != target:
+                old = self.p_gids[p]
+                self._shift(p, old, target)
+                for g in (*old, *target):
+                    self._index(g)
+        self.p_event[:] = events
+
+
+def _add(u: GpuUsage, req: GpuRequest, d: GpuDevice, sign: int) -> None:
+    u.used += sign
+    u.usedmem += sign * req.memory_on(d.devmem)
+    u.usedcores += sign * req.coresreq
+
+
+def _evacuations(engine: _Engine, options: PlanOptions, accept: Callable[[list[_Record], int], bool] | None) -> None:
+    """Empty candidates cheapest first, in passes that allow one more move each: a GPU with n pods
+    to move is tried first with n moves (direct best fit), then n + 1, n + 2, ... (ejection chains
+    up to MAX_DEPTH deep), up to max_moves_per_gpu. `accept` (objective fragmentation) may veto."""
+    cap = max(1, options.max_moves_per_gpu)
+    for budget in range(1, cap + 1):
+        # A GPU whose pods are like those of one that could not be emptied since the last change
+        # cannot be emptied either (up to tie-breaks): skip it, which keeps deep searches cheap.
+        failed: dict[tuple[Any, ...], int] = {}
+        changes = 0
+        for x in engine.candidates():
+            if engine.moves_made >= engine.max_moves:
+                return
+            if not engine._open(x) or (engine.g_locked[x] and not engine.reroute):
+                continue
+            new = sum(1 for p in engine.g_pods[x] if not engine.moved(p))
+            if new > budget or (new == 0 and budget > 1):
+                continue
+            kind = engine.kind_of(x)
+            if failed.get(kind) == changes:
+                continue
+            done = engine.evacuate(x, min(budget - new, MAX_DEPTH), budget)
+            if done is not None and accept is not None and not accept(done[1], x):
+                engine.rollback(done[1])
+                engine.evacuated.pop()
+                done = None
+            if done is None:
+                failed[kind] = changes
+            else:
+                changes += 1
+
+
+def _free_gpus(engine: _Engine, options: PlanOptions) -> list[Move]:
+    _evacuations(engine, options, None)
+    first = engine.sequence()
+    assert first is not None  # built move by move, so the build order itself is valid
+    places, events = engine.snapshot(), list(engine.p_event)
+    # Second phase: pods already moving may be given another place at no extra move, and GPUs
+    # that received pods may be emptied after all; ordering is redone at the end.
+    engine.reroute = True
+    freed = len(engine.evacuated)
+    _evacuations(engine, options, None)
+    if len(engine.evacuated) == freed:
+        return first
+    second = engine.sequence()
+    if second is None:  # no order makes every step fit: keep the first phase's plan
+        engine.restore(places, events)
+        return first
+    return second
+
+
+# ---- fragmentation objective ----------------------------------------------------------------------
+class _Fgd:
+    """FGD of one node from the engine's arrays, with fit outcomes cached per GPU state."""
+
+    def __init__(self, engine: _Engine, mix: WorkloadMix) -> None:
+        self.e = engine
+        self.mix = mix
+        self.fits = FitTable(mix)
+        self.schedulable = {n: node_schedulable(s) for n, s in engine.state.nodes.items()}
+
+    def node(self, name: str) -> float:
+        e = self.e
+        shares: list[float] = []
+        ids: list[int] = []
+        for g in e.node_gids[name]:
+            d, u = e.g_dev[g], e.g_use[g]
+            shares.append(free_share(d, u))
+            ids.append(self.fits.state_id(d, u, e.g_cordoned[g]))
+        total = sum(shares)
+        if not self.schedulable[name]:
+            return total
+        fgd = 0.0
+        for (task, prob), row in zip(self.mix.tasks, self.fits.table[1:], strict=True):
+            usable, unusable = 0, 0.0
+            for sid, share in zip(ids, shares, strict=True):
+                if row[sid]:
+                    usable += 1
+                else:
+                    unusable += share
+            fgd += prob * (total if usable < task.request.nums else unusable)
+        return fgd
+
+
+def _fragmentation(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[Move]:
+    fgd = _Fgd(engine, mix)
+    committed = {n: fgd.node(n) for n in engine.node_gids}
+
+    def accept(records: list[_Record], x: int) -> bool:
+        touched = sorted({engine.g_node[g] for p, old, _, _ in records for g in (*old, *engine.p_gids[p])})
+        after = {n: fgd.node(n) for n in touched}
+        moves = sum(1 for p in {r[0] for r in records} if engine.moved(p))
+        if sum(committed[n] - after[n] for n in touched) < options.min_fgd_gain * max(1, moves):
+            return False
+        committed.update(after)
+        return True
+
+    _evacuations(engine, options, accept)
+    _single_moves(engine, options, fgd, committed)
+    moves = engine.sequence()
+    assert moves is not None  # built move by move, so the build order itself is valid
+    return moves
+
+
+def _single_moves(engine: _Engine, options: PlanOptions, fgd: _Fgd, committed: dict[str, float]) -> None:
+    """Moves of single pods that lower FGD on their own (e.g. a small pod into another GPU's slack)."""
+    order = sorted((p for p in range(len(engine.p_alloc)) if engine.can_move(p)), key=lambda p: (engine._size(p), p))
+    for p in order:
+        if engine.moves_made >= engine.max_moves:
+            return
+        if not engine.can_move(p) or engine.moved(p) or engine.needs_empty_gpu(p):
+            continue
+        source = engine.p_gids[p]
+        target = engine.best_target(p, frozenset(source))
+        if target is None:
+            continue
+        record = engine.apply(p, target)
+        touched = sorted({engine.g_node[g] for g in (*source, *target)})
+        after = {n: fgd.node(n) for n in touched}
+        delta = sum(committed[n] - after[n] for n in touched)
+        if delta >= options.min_fgd_gain:
+            committed.update(after)
+            engine.p_reason[p] = f"lower FGD by {delta:.2f} GPU"
+        else:
+            engine.undo(record)
+
+
+# ---- public API -----------------------------------------------------------------------------------
+def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
+    """An ordered, valid list of moves for `options.objective`, with the metrics before and after.
+
+    `state` is not modified. Deterministic: the same state and options give the same plan.
+    """
+    options = options or PlanOptions()
+    if options.objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
+    if options.max_moves is not None and options.max_moves < 0:
+        raise ValueError("max_moves must be >= 0")
+    started = time.perf_counter()
+    mix = options.mix or mix_from_state(state)
+    engine = _Engine(state, options)
+    if options.objective == "free-gpus":
+        moves = tuple(_free_gpus(engine, options))
+    else:
+        moves = tuple(_fragmentation(engine, options, mix))
+    before = cluster_metrics(state, mix)
+    after = cluster_metrics(apply_moves(state, moves), mix)
+    return Plan(
+        objective=options.objective,
+        moves=moves,
+        before=PlanMetrics.of(before),
+        after=PlanMetrics.of(after),
+        immovable=engine.immovable,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def copy_state(state: ClusterState) -> ClusterState:
+    """An independent copy: usage, pod lists and allocations can be changed without touching `state`."""
+    nodes = {
+        name: dataclasses.replace(
+            n, usage={u: v.copy() for u, v in n.usage.items()}, pods={u: list(v) for u, v in n.pods.items()}
+        )
+        for name, n in state.nodes.items()
+    }
+    return ClusterState(
+        nodes=nodes,
+        pods=dict(state.pods),
+        problems=dict(state.problems),
+        by_node={n: set(k) for n, k in state.by_node.items()},
+    )
+
+
+def moved_allocation(alloc: PodAllocation, node: NodeState, indices: Sequence[int]) -> PodAllocation:
+    """The pod's allocation once its replacement runs on GPUs `indices` of `node` (same request)."""
+    req = alloc.request.gpu_containers[0]
+    per_gpu: dict[str, tuple[int, int, int]] = {}
+    for i in indices:
+        d = node.gpu(i)
+        if d is None:
+            raise ValueError(f"node {node.name} has no GPU with index {i}")
+        per_gpu[d.uuid] = (1, req.memory_on(d.devmem), req.coresreq)
+    containers = tuple(tuple(per_gpu) if r is not None else () for r in alloc.request.containers)
+    return dataclasses.replace(alloc, node=node.name, per_gpu=per_gpu, containers=containers)
+
+
+def apply_moves(state: ClusterState, moves: Iterable[Move]) -> ClusterState:
+    """A copy of `state` with the moves applied (no checks: see :func:`check_moves`)."""
+    out = copy_state(state)
+    for m in moves:
+        alloc = remove_pod(out, m.pod)
+        if alloc is None:
+            raise ValueError(f"pod {m.pod} is not in the state")
+        add_pod(out, moved_allocation(alloc, out.nodes[m.to_node], m.to_gpus))
+    return out
+
+
+def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions | None = None) -> list[str]:
+    """Replay `moves` on a copy of `state`; one message per broken rule (empty: the plan is valid).
+
+    Each move must name a movable pod where it is, a node kube-scheduler accepts for it, and GPUs
+    where HAMi's Fit takes the pod's request (all of them, as a pin does) once the pod has left;
+    after it, no GPU may hold more slots, memory or cores than it has. Limits: max_moves and the
+    per-workload budget.
+    """
+    options = options or PlanOptions()
+    errors: list[str] = []
+    if options.max_moves is not None and len(moves) > options.max_moves:
+        errors.append(f"{len(moves)} moves, more than max_moves {options.max_moves}")
+    out = copy_state(state)
+    used: dict[str, int] = dict(options.workload_moves_used)
+    moved: set[str] = set()
+    for i, m in enumerate(moves, start=1):
+        where = f"move {i} ({m.pod})"
+        alloc = out.pods.get(m.pod)
+        if alloc is None:
+            errors.append(f"{where}: pod not in the state")
+            continue
+        why = immovable_reason(alloc, options.excluded_namespaces, out.problems)
+        if why is not None:
+            errors.append(f"{where}: pod may not be moved: {why}")
+        if m.pod in moved:
+            errors.append(f"{where}: pod moved twice")
+        moved.add(m.pod)
+        wl = f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind else None
+        if wl is not None:
+            used[wl] = used.get(wl, 0) + 1
+            if used[wl] > options.limit_of(wl):
+                errors.append(f"{where}: workload {wl} moved {used[wl]} times (limit {options.limit_of(wl)})")
+        here = out.nodes.get(alloc.node)
+        if alloc.node != m.from_node or here is None:
+            errors.append(f"{where}: pod is on {alloc.node}, not {m.from_node}")
+        node = out.nodes.get(m.to_node)
+        if node is None:
+            errors.append(f"{where}: unknown node {m.to_node}")
+            continue
+        refusal = node_refusal(alloc, node)
+        if refusal is not None:
+            errors.append(f"{where}: node {m.to_node}: {refusal}")
+        gpus = [node.gpu(j) for j in m.to_gpus]
+        if any(g is None for g in gpus) or len(set(m.to_gpus)) != len(m.to_gpus):
+            errors.append(f"{where}: node {m.to_node} has no GPUs {list(m.to_gpus)}")
+            continue
+        remove_pod(out, m.pod)
+        result = fit_pod(alloc.request, [g for g in gpus if g is not None], node.usage, node.cordoned, exact=True)
+        if not result.ok:
+            errors.append(f"{where}: does not fit on {m.to_node} {m.gpu_devices}: {result.message()}")
+        add_pod(out, moved_allocation(alloc, node, m.to_gpus))
+        for n in {m.to_node, m.from_node}:
+            s = out.nodes.get(n)
+            for d in s.devices if s else ():
+                u = s.usage[d.uuid] if s else GpuUsage()
+                if u.used > d.count or u.usedmem > d.devmem or u.usedcores > d.devcore:
+                    errors.append(f"{where}: {n} gpu-{d.index} oversubscribed ({u})")
+    return errors

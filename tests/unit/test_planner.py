@@ -1,0 +1,422 @@
+"""The defragmentation planner: exact small cases, every constraint, validation, bounds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hami_place_core import annotations as ann
+from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
+from hami_place_core.examples import resolve_snapshot
+from hami_place_core.planner import Move, PlanOptions, apply_moves, check_moves, plan
+from hami_place_core.planner_bounds import l2, l2_bound, pattern_bound
+from hami_place_core.planner_constraints import node_refusal, tolerates, untolerated_taint
+from hami_place_core.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
+from hami_place_core.snapshot import load_snapshot
+from hami_place_core.state import ClusterState, build_state
+
+A100 = ("NVIDIA A100-SXM4-80GB", 81920)
+T4 = ("NVIDIA-Tesla T4", 15360)
+
+
+# ---- builders (also used by the property tests) -----------------------------------------------------
+def node(
+    name: str,
+    n: int = 2,
+    model: tuple[str, int] = A100,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    unschedulable: bool = False,
+    count: int = 10,
+    unhealthy: tuple[int, ...] = (),
+    cordoned: tuple[int, ...] = (),
+    ready: bool = True,
+) -> dict[str, Any]:
+    devices = [
+        GpuDevice(gpu_uuid(name, i), i, count, model[1], 100, model[0], health=i not in unhealthy) for i in range(n)
+    ]
+    out = node_manifest(name, devices, labels=labels, ready=ready)
+    out["spec"] = {**({"taints": taints} if taints else {}), **({"unschedulable": True} if unschedulable else {})}
+    if cordoned:
+        out["metadata"]["annotations"][ann.NODE_DEVICE_CORDON] = ",".join(gpu_uuid(name, i) for i in cordoned)
+    return out
+
+
+def limits(pct: int, nums: int = 1, mem_mib: int | None = None) -> dict[str, str]:
+    if pct >= 100:
+        return {"nvidia.com/gpu": str(nums), "nvidia.com/gpucores": "100"}
+    out = {"nvidia.com/gpu": str(nums), "nvidia.com/gpucores": str(pct)}
+    if mem_mib is not None:
+        out["nvidia.com/gpumem"] = str(mem_mib)
+    else:
+        out["nvidia.com/gpumem-percentage"] = str(pct)
+    return out
+
+
+def pod(
+    name: str,
+    node_name: str,
+    gpus: tuple[int, ...],
+    pct: int,
+    devmem: int = A100[1],
+    *,
+    namespace: str = "ns",
+    owner: tuple[str, str] | str | None = "rs",
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    mem_mib: int | None = None,
+) -> dict[str, Any]:
+    """A running pod HAMi bound to GPU indices `gpus` of `node_name`, pct% of each (100 = whole)."""
+    own = (("ReplicaSet", f"{name}-rs") if owner == "rs" else owner) if owner is not None else None
+    manifest = pod_manifest(
+        name,
+        namespace,
+        limits(pct, len(gpus), mem_mib),
+        annotations=annotations,
+        labels=labels,
+        owner=own,  # type: ignore[arg-type]
+    )
+    manifest["spec"].update(spec or {})
+    mem = mem_mib if mem_mib is not None else devmem * min(pct, 100) // 100
+    devs = tuple(ContainerDevice(gpu_uuid(node_name, i), NVIDIA_DEVICE_TYPE, mem, min(pct, 100)) for i in gpus)
+    return bind(manifest, Placement(node_name, (devs,), 0.0))
+
+
+def state_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ClusterState:
+    return build_state(nodes, pods)
+
+
+def replay(state: ClusterState, moves: tuple[Move, ...] | list[Move]) -> None:
+    """Independent of check_moves: replay on a copy, usage never above capacity after any move."""
+    s = apply_moves(state, [])
+    for m in moves:
+        s = apply_moves(s, [m])
+        for n in s.nodes.values():
+            for d in n.devices:
+                u = n.usage[d.uuid]
+                assert u.used <= d.count and u.usedmem <= d.devmem and u.usedcores <= d.devcore, (m, d, u)
+    assert not check_moves(state, list(moves))
+
+
+# ---- exact small cases ----------------------------------------------------------------------------
+def test_two_half_empty_gpus_become_one_with_one_move() -> None:
+    s = state_of([node("n1", 2)], [pod("a", "n1", (0,), 40), pod("b", "n1", (1,), 30)])
+    p = plan(s)
+    assert p.gpus_freed == 1 and len(p.moves) == 1
+    m = p.moves[0]
+    # cheapest first: the lighter GPU (b, 30%) is emptied into the other one
+    assert (m.pod, m.from_node, m.from_gpus, m.to_node, m.to_gpus) == ("ns/b", "n1", (1,), "n1", (0,))
+    assert m.frees == ("n1/gpu-1",) and m.gpu_devices == ["gpu-0"] and m.to_uuids == (gpu_uuid("n1", 0),)
+    assert (p.before.whole_free, p.after.whole_free) == (0, 1)
+    replay(s, p.moves)
+
+
+def test_nothing_to_do_on_a_packed_or_empty_cluster() -> None:
+    assert plan(state_of([node("n1", 2)], [])).moves == ()
+    packed = state_of([node("n1", 2)], [pod("a", "n1", (0,), 60), pod("b", "n1", (1,), 60)])
+    assert plan(packed).moves == ()
+
+
+def test_exclusive_pods_are_never_moved_for_free_gpus() -> None:
+    s = state_of([node("n1", 4)], [pod("w", "n1", (0,), 100), pod("a", "n1", (1,), 30), pod("b", "n1", (2,), 30)])
+    p = plan(s)
+    assert [m.pod for m in p.moves] == ["ns/a"] and p.gpus_freed == 1  # equal GPUs: the lower index first
+
+
+def test_the_gpu_left_with_least_room_is_chosen_best_fit() -> None:
+    # b (20%, the cheapest to empty) can go to a (60% used) or c (30% used): best fit is a.
+    nodes = [node("n1", 2), node("n2", 1)]
+    s = state_of(nodes, [pod("a", "n1", (0,), 60), pod("b", "n1", (1,), 20), pod("c", "n2", (0,), 30)])
+    p = plan(s)
+    assert [(m.pod, m.to_node, m.to_gpus) for m in p.moves] == [("ns/b", "n1", (0,))]
+    assert p.gpus_freed == 1
+    replay(s, p.moves)
+
+
+def _chain_case() -> ClusterState:
+    # GPU0: 65. GPU1: 44+22+16+11+5 (98). GPU2: 44+23+22+5+5 (99). GPU3..5: 65 each.
+    # 65 on GPU0 fits nowhere; it fits GPU1 once 44 and 22 leave; 44 fits GPU2 once 23 and 22
+    # leave; 22, 23, 22 fit next to the 65s. 5 moves free one GPU.
+    pods = [
+        pod("p0", "n1", (0,), 65),
+        *(pod(f"q{i}", "n1", (1,), s) for i, s in enumerate((44, 22, 16, 11, 5))),
+        *(pod(f"r{i}", "n1", (2,), s) for i, s in enumerate((44, 23, 22, 5, 5))),
+        *(pod(f"s{i}", "n1", (3 + i,), 65) for i in range(3)),
+    ]
+    return state_of([node("n1", 6)], pods)
+
+
+def test_ejection_chain_frees_a_gpu_direct_moves_cannot() -> None:
+    s = _chain_case()
+    assert plan(s, PlanOptions(max_moves_per_gpu=4)).moves == ()
+    p = plan(s)
+    assert p.gpus_freed == 1 and len(p.moves) == 5
+    assert [m.pod for m in p.moves][-1] == "ns/p0" and p.moves[-1].frees == ("n1/gpu-0",)
+    assert all(m.reason.startswith("make room") for m in p.moves[:-1])
+    replay(s, p.moves)
+
+
+def test_matches_the_milp_optimum_and_its_fewest_moves() -> None:
+    pytest.importorskip("highspy")
+    from hami_place_core.planner_bounds import milp_bound
+
+    s = _chain_case()
+    p = plan(s)
+    best = milp_bound(s, time_limit=60, start=p.moves)
+    assert best.optimal and (best.gain, best.moves) == (p.gpus_freed, len(p.moves)) == (1, 5)
+
+
+def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
+    """A case where cheapest-first best fit is not optimal: 23% goes next to a 65% (the tightest
+    fit), where the optimum keeps that room for a 32%. The bounds hold in order."""
+    pytest.importorskip("highspy")
+    from hami_place_core.planner_bounds import milp_bound
+
+    sizes = [[47], [47], [47, 32], [65], [65], [32, 32], [23], [81], [81, 16], [59], [46, 32], [22, 22]]
+    pods = [pod(f"p{g}-{k}", f"n{g // 4}", (g % 4,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
+    s = state_of([node(f"n{i}", 4) for i in range(3)], pods)
+    p = plan(s)
+    best = milp_bound(s, time_limit=60, start=p.moves)
+    pb = pattern_bound(s)
+    assert best.optimal and pb is not None and pb.proven
+    assert best.gain - 1 <= p.gpus_freed <= best.gain <= pb.gain <= l2_bound(s).gain
+    assert (p.gpus_freed, best.gain) == (3, 4)
+    replay(s, p.moves)
+
+
+# ---- constraints ------------------------------------------------------------------------------------
+def _two_node_case(target_node: dict[str, Any], mover: dict[str, Any]) -> ClusterState:
+    devmem = ann.decode_register(target_node["metadata"]["annotations"][ann.NODE_REGISTER]).devices[0].devmem
+    # t (half of dst's GPU) never moves: the question is only whether m may join it.
+    return state_of([node("src", 1), target_node], [mover, pod("t", "dst", (0,), 50, devmem, owner=None)])
+
+
+@pytest.mark.parametrize(
+    ("target", "mover", "moves"),
+    [
+        (node("dst", 1), pod("m", "src", (0,), 30), 1),
+        # nodeSelector
+        (node("dst", 1, labels={"zone": "b"}), pod("m", "src", (0,), 30, spec={"nodeSelector": {"zone": "a"}}), 0),
+        (node("dst", 1, labels={"zone": "a"}), pod("m", "src", (0,), 30, spec={"nodeSelector": {"zone": "a"}}), 1),
+        # required node affinity, matchExpressions and matchFields
+        (
+            node("dst", 1, labels={"zone": "b"}),
+            pod(
+                "m",
+                "src",
+                (0,),
+                30,
+                spec={
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]}
+                                ]
+                            }
+                        }
+                    }
+                },
+            ),
+            0,
+        ),
+        (
+            node("dst", 1),
+            pod(
+                "m",
+                "src",
+                (0,),
+                30,
+                spec={
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["src"]}]},
+                                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["dst"]}]},
+                                ]
+                            }
+                        }
+                    }
+                },
+            ),
+            1,
+        ),
+        # taints and tolerations
+        (node("dst", 1, taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}]), pod("m", "src", (0,), 30), 0),
+        (
+            node("dst", 1, taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}]),
+            pod("m", "src", (0,), 30, spec={"tolerations": [{"key": "gpu", "operator": "Equal", "value": "x"}]}),
+            1,
+        ),
+        (node("dst", 1, taints=[{"key": "gpu", "effect": "PreferNoSchedule"}]), pod("m", "src", (0,), 30), 1),
+        (node("dst", 1, unschedulable=True), pod("m", "src", (0,), 30), 0),
+        (node("dst", 1, ready=False), pod("m", "src", (0,), 30), 0),
+        # required pod anti-affinity: only moves within its own node
+        (
+            node("dst", 1),
+            pod(
+                "m",
+                "src",
+                (0,),
+                30,
+                spec={
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"a": "b"}}}
+                            ]
+                        }
+                    }
+                },
+            ),
+            0,
+        ),
+        # GPU type and UUID selectors
+        (node("dst", 1, model=T4), pod("m", "src", (0,), 30, annotations={ann.USE_GPU_TYPE: "A100"}), 0),
+        (node("dst", 1, model=T4), pod("m", "src", (0,), 30, annotations={ann.NOUSE_GPU_TYPE: "T4"}), 0),
+        (node("dst", 1, model=T4), pod("m", "src", (0,), 30, annotations={ann.USE_GPU_TYPE: "T4,A100"}), 1),
+        (node("dst", 1), pod("m", "src", (0,), 30, annotations={ann.NOUSE_GPU_UUID: gpu_uuid("dst", 0)}), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, annotations={ann.USE_GPU_UUID: gpu_uuid("src", 0)}), 0),
+        # GPU health and cordon, share slots
+        (node("dst", 1, unhealthy=(0,)), pod("m", "src", (0,), 30), 0),
+        (node("dst", 1, cordoned=(0,)), pod("m", "src", (0,), 30), 0),
+        (node("dst", 1, count=1), pod("m", "src", (0,), 30), 0),
+        # absolute memory: 30% of cores but 60 GiB of an 80 GiB GPU that has 40 GiB left
+        (node("dst", 1), pod("m", "src", (0,), 30, mem_mib=61440), 0),
+        # movability
+        (node("dst", 1), pod("m", "src", (0,), 30, namespace="kube-system"), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, annotations={ann.POD_DEFRAG: "false"}), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, annotations={ann.POD_DEFRAG: "true"}), 1),
+        (node("dst", 1), pod("m", "src", (0,), 30, owner=None), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, owner=("Job", "j")), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, owner=("DaemonSet", "d")), 0),
+        (node("dst", 1), pod("m", "src", (0,), 30, owner=("StatefulSet", "s")), 1),
+        (node("dst", 1), pod("m", "src", (0,), 30, owner=("ReplicationController", "r")), 1),
+    ],
+)
+def test_constraints(target: dict[str, Any], mover: dict[str, Any], moves: int) -> None:
+    s = _two_node_case(target, mover)
+    p = plan(s)
+    assert len(p.moves) == moves, p.moves
+    if moves:
+        assert p.moves[0].pod == "ns/m" and p.moves[0].to_node == "dst"
+        replay(s, p.moves)
+
+
+def test_excluded_namespaces_are_configurable() -> None:
+    s = _two_node_case(node("dst", 1), pod("m", "src", (0,), 30, namespace="batch"))
+    assert plan(s).gpus_freed == 1
+    assert plan(s, PlanOptions(excluded_namespaces=frozenset({"batch"}))).moves == ()
+    s = _two_node_case(node("dst", 1), pod("m", "src", (0,), 30, namespace="kube-system"))
+    assert len(plan(s, PlanOptions(excluded_namespaces=frozenset())).moves) == 1
+
+
+def test_workload_disruption_limits() -> None:
+    # Four GPUs with one 20% pod each, all of one ReplicaSet: one move per workload by default.
+    pods = [pod(f"w{i}", "n1", (i,), 20, owner=("ReplicaSet", "web")) for i in range(4)]
+    s = state_of([node("n1", 4)], pods)
+    assert len(plan(s).moves) == 1
+    p = plan(s, PlanOptions(workload_limits={"ns/ReplicaSet/web": 3}))
+    assert len(p.moves) == 3 and p.gpus_freed == 3
+    assert len(plan(s, PlanOptions(max_moves_per_workload=2)).moves) == 2
+    # budget already spent by an apply loop
+    assert plan(s, PlanOptions(workload_moves_used={"ns/ReplicaSet/web": 1})).moves == ()
+    bad = check_moves(s, list(p.moves))
+    assert any("limit 1" in e for e in bad)
+
+
+def test_max_moves() -> None:
+    s = state_of([node("n1", 6)], [pod(f"p{i}", "n1", (i,), 15) for i in range(6)])
+    assert len(plan(s).moves) == 5
+    assert plan(s, PlanOptions(max_moves=0)).moves == ()
+    p = plan(s, PlanOptions(max_moves=2))
+    assert len(p.moves) == 2 and p.gpus_freed == 2
+    with pytest.raises(ValueError, match="max_moves"):
+        plan(s, PlanOptions(max_moves=-1))
+    with pytest.raises(ValueError, match="objective"):
+        plan(s, PlanOptions(objective="fast"))  # type: ignore[arg-type]
+
+
+def test_multi_gpu_sharing_pod_moves_as_one() -> None:
+    # d holds 30% of GPU0 and GPU1 of n1; n2's two GPUs have 60% each: d moves there in one move.
+    s = state_of(
+        [node("n1", 2), node("n2", 2)],
+        [pod("d", "n1", (0, 1), 30), pod("a", "n2", (0,), 60), pod("b", "n2", (1,), 60)],
+    )
+    p = plan(s)
+    assert [(m.pod, m.from_gpus, m.to_node, m.to_gpus) for m in p.moves] == [("ns/d", (0, 1), "n2", (0, 1))]
+    assert p.gpus_freed == 2
+    replay(s, p.moves)
+
+
+def test_fragmentation_objective_lowers_fgd() -> None:
+    pods = [pod(f"p{i}", f"n{i // 2}", (i % 2,), pct) for i, pct in enumerate((30, 20, 50, 10, 70, 25))]
+    s = state_of([node(f"n{i}", 2) for i in range(3)], pods)
+    p = plan(s, PlanOptions(objective="fragmentation"))
+    assert p.moves and p.after.fgd < p.before.fgd
+    replay(s, p.moves)
+    assert plan(s, PlanOptions(objective="fragmentation", min_fgd_gain=100.0)).moves == ()
+
+
+def test_check_moves_reports_broken_plans() -> None:
+    s = state_of([node("n1", 2)], [pod("a", "n1", (0,), 70), pod("b", "n1", (1,), 40)])
+    bad = Move("ns/b", "ns/ReplicaSet/b-rs", "n1", (1,), "n1", (0,), (gpu_uuid("n1", 0),), "test")
+    errors = check_moves(s, [bad])
+    assert any("does not fit" in e for e in errors) and any("oversubscribed" in e for e in errors)
+    assert any("not in the state" in e for e in check_moves(s, [Move("ns/x", None, "n1", (0,), "n1", (1,), (), "")]))
+    assert any("no GPUs" in e for e in check_moves(s, [Move("ns/b", None, "n1", (1,), "n1", (7,), (), "")]))
+    assert any("twice" in e for e in check_moves(s, [Move("ns/b", None, "n1", (1,), "n1", (0,), (), "")] * 2))
+
+
+def test_constraint_helpers() -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoExecute"}
+    assert tolerates({"operator": "Exists"}, taint)
+    assert tolerates({"key": "k", "operator": "Exists", "effect": "NoExecute"}, taint)
+    assert not tolerates({"key": "k", "value": "w"}, taint)
+    assert not tolerates({"key": "k", "value": "v", "effect": "NoSchedule"}, taint)
+    assert untolerated_taint([], [taint]) == "k=v:NoExecute"
+    s = state_of([node("n1", 1, labels={"rank": "5"})], [pod("a", "n1", (0,), 10)])
+    a = s.pods["ns/a"]
+    gt = {"key": "rank", "operator": "Gt", "values": ["3"]}
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}}
+    from dataclasses import replace
+
+    assert node_refusal(replace(a, affinity=aff), s.nodes["n1"]) is not None  # an empty term matches nothing
+    aff["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [
+        {"matchExpressions": [gt]}
+    ]
+    assert node_refusal(replace(a, affinity=aff), s.nodes["n1"]) is None
+
+
+def test_l2_bound_values() -> None:
+    assert l2([], 100) == 0
+    assert l2([60, 60, 60], 100) == 3
+    assert l2([50, 50, 50, 50], 100) == 2
+    assert l2([81, 81, 19], 100) == 2
+    assert l2([81, 81, 20], 100) == 3  # 20 fits next to neither 81
+    assert l2([30] * 10, 100) == 3
+
+
+def test_deterministic_and_independent_of_input_order() -> None:
+    nodes = [node(f"n{i}", 4) for i in range(4)]
+    sizes = (47, 23, 32, 47, 81, 16, 65, 22, 47, 5, 35, 59, 11, 46)
+    pods = [pod(f"p{i}", f"n{i % 4}", (i // 4,), s) for i, s in enumerate(sizes)]
+    first = plan(state_of(nodes, pods))
+    again = plan(state_of(list(reversed(nodes)), list(reversed(pods))))
+    assert first.moves == again.moves and first.moves
+    assert json.dumps(first.as_dict()["moves"]) == json.dumps(again.as_dict()["moves"])
+
+
+def test_the_shipped_example_plans_fast_and_valid() -> None:
+    nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
+    s = build_state(nodes, pods)
+    p = plan(s)
+    assert p.seconds < 10  # 0.6-0.8 s on the 2-core reference machine; generous for slow CI
+    assert p.gpus_freed >= 240 and len(p.moves) <= 2 * p.gpus_freed
+    assert not check_moves(s, list(p.moves))
+    assert p.gpus_freed == len({f for m in p.moves for f in m.frees})
+    assert p.immovable == ()
