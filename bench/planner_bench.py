@@ -1,0 +1,585 @@
+"""Benchmark the defragmentation planner against baselines and bounds on replayed openb states.
+
+    .venv/bin/python bench/planner_bench.py                       # full run (about 10 minutes)
+    .venv/bin/python bench/planner_bench.py --cuts 0.99 --milp-instances 0 --no-frontier   # quick
+
+States: the openb trace (``$OPENB_DIR``, default /work/shared/data/openb) replayed with HAMi's
+default policies (node binpack, GPU spread) and no departures (docs/openb.md), at several cut
+times: 1,213 nodes, 6,212 GPUs. Sharing tasks ask gpu_milli/10 % of memory and cores.
+
+For each state and method: whole GPUs freed, moves, moves per freed GPU, runtime, FGD before and
+after, and whether ``check_moves`` accepts the moves in order. Bounds on the GPUs any plan can free:
+the Martello–Toth L2 bound, and the exact optimum of the same relaxation (cutting stock, HiGHS);
+the LP lower bound on the moves needed for the planner's gain. On random subsets of nodes, the MILP
+optimum (HiGHS, proven within the time limit) against the planner. Methods:
+
+- ``hami-place``: :func:`hami_place_core.planner.plan` with its defaults;
+- ``hami-place ≤1.3/GPU``: the longest prefix of that plan with at most 1.3 moves per freed GPU
+  (every prefix of a plan is a valid plan);
+- ``best-fit greedy``: the planner without ejection chains or rerouting (``max_moves_per_gpu=1``):
+  a GPU is emptied only if each pod goes best-fit straight into another GPU;
+- ``HighNodeUtilization``: descheduler style: nodes whose GPU compute use is under 50% are drained,
+  least used first; every pod that fits elsewhere (nodeFit) is evicted and placed on the most
+  allocated node where it fits (MostAllocated), on its most used GPU; no all-or-nothing;
+- ``FragmentationAware``: Koordinator style: in cycles, each node may evict one pod, the one whose
+  removal lowers the node's FGD most, if the cluster's FGD drops by at least 0.02 GPU once HAMi's
+  scheduler (binpack, spread) re-places it on another node; until a cycle moves nothing;
+- ``random``: as many random valid moves as hami-place makes (seeded);
+- ``FFD repack``: all movable sharing pods repacked first-fit decreasing into the GPUs (fixed pods
+  stay), each new bin matched to the old GPU it shares most pods with; moves are put in the first
+  order found where each fits, or reported as having none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import openb_replay as replay
+
+from hami_place_core.fit import GpuUsage, gpu_fit_reason
+from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
+from hami_place_core.planner import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
+from hami_place_core.planner_bounds import (
+    l2_bound,
+    milp_bound,
+    move_frontier,
+    pattern_bound,
+    restrict,
+)
+from hami_place_core.planner_constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.requests import GpuRequest
+from hami_place_core.simulate import Simulator, fit_on_node
+from hami_place_core.state import ClusterState, build_state
+
+CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
+EFFICIENT = 1.3  # moves per freed GPU for the prefix row
+
+
+@dataclass
+class Result:
+    method: str
+    moves: list[Move]
+    seconds: float
+    valid: bool = True
+    note: str = ""
+    freed: int = 0
+    fgd_after: float = 0.0
+
+
+# ---- a small mutable view of a state for the baselines ---------------------------------------------
+@dataclass
+class View:
+    """GPUs by UUID with their usage; pods by key with their GPUs; movability and node checks."""
+
+    state: ClusterState
+    usage: dict[str, GpuUsage] = field(default_factory=dict)
+    node_of: dict[str, str] = field(default_factory=dict)
+    at: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    movable: list[str] = field(default_factory=list)
+    refusals: dict[tuple[str, str], bool] = field(default_factory=dict)
+    moves: list[Move] = field(default_factory=list)
+    moved: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, state: ClusterState, options: PlanOptions) -> View:
+        v = cls(state)
+        for name in sorted(state.nodes):
+            n = state.nodes[name]
+            for d in n.devices:
+                v.usage[d.uuid] = n.usage[d.uuid].copy()
+                v.node_of[d.uuid] = name
+        for key in sorted(state.pods):
+            a = state.pods[key]
+            v.at[key] = tuple(sorted(a.per_gpu))
+            req = a.request.gpu_containers
+            if (
+                immovable_reason(a, options.excluded_namespaces, state.problems) is None
+                and len(req) == 1
+                and req[0].nums == 1
+                and req[0].coresreq < 100
+                and req[0].mem_percentage != 100
+            ):
+                v.movable.append(key)
+        return v
+
+    def req(self, key: str) -> GpuRequest:
+        return self.state.pods[key].request.gpu_containers[0]
+
+    def device(self, uuid: str) -> Any:
+        return self.state.nodes[self.node_of[uuid]].by_uuid(uuid)
+
+    def fits(self, key: str, uuid: str) -> bool:
+        a = self.state.pods[key]
+        node = self.node_of[uuid]
+        ok = self.refusals.get((key, node))
+        if ok is None:
+            ok = self.refusals[(key, node)] = node_refusal(a, self.state.nodes[node]) is None
+        if not ok or uuid in self.at[key]:
+            return False
+        d = self.device(uuid)
+        cordoned = self.state.nodes[node].cordoned
+        return gpu_fit_reason(self.req(key), d, self.usage[uuid], a.request.selectors, cordoned) is None
+
+    def shift(self, key: str, uuid: str, sign: int) -> None:
+        r, d, u = self.req(key), self.device(uuid), self.usage[uuid]
+        u.used += sign
+        u.usedmem += sign * r.memory_on(d.devmem)
+        u.usedcores += sign * r.coresreq
+
+    def move(self, key: str, uuid: str, reason: str) -> None:
+        a = self.state.pods[key]
+        for old in self.at[key]:
+            self.shift(key, old, -1)
+        self.shift(key, uuid, +1)
+        self.at[key] = (uuid,)
+        self.moved.add(key)
+        d = self.device(uuid)
+        origin = [self.state.nodes[a.node].by_uuid(u) for u in a.per_gpu]
+        self.moves.append(
+            Move(
+                pod=key,
+                workload=f"{a.namespace}/{a.owner_kind}/{a.owner_name}" if a.owner_kind else None,
+                from_node=a.node,
+                from_gpus=tuple(sorted(g.index for g in origin if g is not None)),
+                to_node=self.node_of[uuid],
+                to_gpus=(d.index,),
+                to_uuids=(uuid,),
+                reason=reason,
+            )
+        )
+
+    def countable(self, uuid: str) -> bool:
+        n = self.state.nodes[self.node_of[uuid]]
+        d = self.device(uuid)
+        return node_schedulable(n) and d.health and uuid not in n.cordoned
+
+
+# ---- baselines --------------------------------------------------------------------------------------
+def high_node_utilization(state: ClusterState, options: PlanOptions, threshold: float = 0.5) -> list[Move]:
+    v = View.of(state, options)
+    movable = set(v.movable)
+    by_node: dict[str, list[str]] = {}
+    for name in sorted(state.nodes):
+        by_node[name] = [u for u in v.usage if v.node_of[u] == name]
+
+    def util(name: str) -> float:
+        total = sum(v.device(u).devcore for u in by_node[name])
+        return sum(v.usage[u].usedcores for u in by_node[name]) / total if total else 1.0
+
+    under = sorted((n for n in by_node if by_node[n] and 0 < util(n) < threshold), key=lambda n: (util(n), n))
+    drained = set(under)
+    for name in under:
+        for key in sorted(k for k in movable if v.node_of[v.at[k][0]] == name):
+            targets = [n for n in by_node if n not in drained and node_schedulable(state.nodes[n])]
+            targets.sort(key=lambda n: (-util(n), n))  # MostAllocated
+            placed = False
+            for t in targets:
+                gpus = sorted(by_node[t], key=lambda u: (-v.usage[u].usedcores, u))  # binpack within the node
+                for u in gpus:
+                    if v.fits(key, u):
+                        v.move(key, u, f"drain under-used node {name}")
+                        placed = True
+                        break
+                if placed:
+                    break
+    return v.moves
+
+
+def fragmentation_aware(state: ClusterState, options: PlanOptions, mix: WorkloadMix, cycles: int = 20) -> list[Move]:
+    work = copy_state(state)
+    sim = Simulator(work, "binpack", "spread")
+    fits = FitTable(mix)
+    v = View.of(state, options)
+    movable = set(v.movable)
+    moves: list[Move] = []
+
+    def fgd(name: str) -> float:
+        return node_metrics(work.nodes[name], mix, fits).fgd
+
+    def shift(key: str, node: str, uuid: str, sign: int) -> None:
+        r = v.req(key)
+        n = work.nodes[node]
+        d = n.by_uuid(uuid)
+        u = n.usage[uuid]
+        u.used += sign
+        u.usedmem += sign * r.memory_on(d.devmem)
+        u.usedcores += sign * r.coresreq
+        sim.invalidate(node)
+
+    where = {k: (state.pods[k].node, v.at[k][0]) for k in movable}
+    moved: set[str] = set()
+    for _ in range(cycles):
+        progress = False
+        for name in sorted(work.nodes):
+            here = [k for k in sorted(movable - moved) if where[k][0] == name]
+            if not here:
+                continue
+            base = fgd(name)
+            best: tuple[float, str] | None = None
+            for k in here:
+                shift(k, name, where[k][1], -1)
+                gain = base - fgd(name)
+                shift(k, name, where[k][1], +1)
+                if best is None or gain > best[0]:
+                    best = (gain, k)
+            if best is None or best[0] <= 0:
+                continue
+            key = best[1]
+            a = state.pods[key]
+            shift(key, name, where[key][1], -1)
+            allowed = [n for n in sim.candidates() if n != name and node_refusal(a, work.nodes[n]) is None]
+            placed = None
+            for n in allowed:
+                devices = fit_on_node(a.request, work.nodes[n], "spread")
+                if devices is not None:
+                    placed = (n, devices[0][0].uuid)
+                    break
+            if placed is None:
+                shift(key, name, where[key][1], +1)
+                continue
+            target, uuid = placed
+            before = base + fgd(target)
+            after_src = fgd(name)
+            shift(key, target, uuid, +1)
+            after = after_src + fgd(target)
+            if before - after < 0.02:
+                shift(key, target, uuid, -1)
+                shift(key, name, where[key][1], +1)
+                continue
+            d = work.nodes[target].by_uuid(uuid)
+            origin = state.nodes[a.node].by_uuid(next(iter(a.per_gpu)))
+            moves.append(
+                Move(
+                    key,
+                    f"{a.namespace}/{a.owner_kind}/{a.owner_name}",
+                    a.node,
+                    (origin.index,) if origin else (),
+                    target,
+                    (d.index,) if d else (),
+                    (uuid,),
+                    f"FGD -{before - after:.2f}",
+                )
+            )
+            where[key] = (target, uuid)
+            moved.add(key)
+            progress = True
+        if not progress:
+            break
+    return moves
+
+
+def random_moves(state: ClusterState, options: PlanOptions, count: int, seed: int = 1) -> list[Move]:
+    rng = random.Random(seed)
+    v = View.of(state, options)
+    gpus = sorted(u for u in v.usage if v.countable(u))
+    pods = list(v.movable)
+    rng.shuffle(pods)
+    for key in pods:
+        if len(v.moves) >= count:
+            break
+        for u in rng.sample(gpus, min(len(gpus), 64)):
+            if v.usage[u].used > 0 and v.fits(key, u):
+                v.move(key, u, "random")
+                break
+    return v.moves
+
+
+def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:
+    v = View.of(state, options)
+    movable = set(v.movable)
+    gpus = sorted(u for u in v.usage if v.countable(u))
+    # What stays: pods that may not move (their usage remains on their GPUs).
+    fixed = {u: v.usage[u].copy() for u in gpus}
+    for key in sorted(movable):
+        for u in v.at[key]:
+            if u in fixed:
+                d = v.device(u)
+                r = v.req(key)
+                fixed[u].used -= 1
+                fixed[u].usedmem -= r.memory_on(d.devmem)
+                fixed[u].usedcores -= r.coresreq
+    order = sorted(movable, key=lambda k: (-v.req(k).coresreq, -v.req(k).memory_on(v.device(v.at[k][0]).devmem), k))
+    # Bins: GPUs in use by fixed pods first (their room must be used), then any GPU.
+    bins = sorted(gpus, key=lambda u: (fixed[u].used == 0, u))
+    content: dict[int, list[str]] = {}
+    load = {i: fixed[u].copy() for i, u in enumerate(bins)}
+    for key in order:
+        a = state.pods[key]
+        r = v.req(key)
+        for i, u in enumerate(bins):
+            d = v.device(u)
+            node = state.nodes[v.node_of[u]]
+            if node_refusal(a, node) is not None:
+                continue
+            if gpu_fit_reason(r, d, load[i], a.request.selectors, node.cordoned) is None:
+                load[i].used += 1
+                load[i].usedmem += r.memory_on(d.devmem)
+                load[i].usedcores += r.coresreq
+                content.setdefault(i, []).append(key)
+                break
+        else:
+            content.setdefault(-1, []).append(key)  # fits nowhere: stays
+    # Match each new bin to the old GPU holding most of its pods (fewer moves), greedily.
+    final: dict[str, str] = {}
+    taken: set[str] = set()
+    pairs = []
+    for i, keys in content.items():
+        if i < 0:
+            for k in keys:
+                final[k] = v.at[k][0]
+            continue
+        votes: dict[str, int] = {}
+        for k in keys:
+            votes[v.at[k][0]] = votes.get(v.at[k][0], 0) + 1
+        for u, n in votes.items():
+            pairs.append((-n, i, u))
+    pairs.sort()
+    assigned: dict[int, str] = {}
+    for _, i, u in pairs:
+        if i in assigned or u in taken or fixed[u].used:
+            continue
+        assigned[i] = u
+        taken.add(u)
+    for i in sorted(content):
+        if i < 0:
+            continue
+        target = bins[i] if fixed[bins[i]].used else assigned.get(i)
+        if target is None:
+            target = next(u for u in bins if u not in taken and not fixed[u].used)
+            taken.add(target)
+        for k in content[i]:
+            final[k] = target
+    # Check node constraints and Fit again for the matched GPU (it may differ from bin i).
+    pending = sorted((k for k in movable if final[k] != v.at[k][0]), key=lambda k: (-v.req(k).coresreq, k))
+    ok = True
+    while pending:
+        for i, k in enumerate(pending):
+            u = final[k]
+            if v.fits(k, u):
+                v.move(k, u, "FFD repack")
+                del pending[i]
+                break
+        else:
+            ok = False
+            break
+    return v.moves, ok and not pending
+
+
+# ---- running ----------------------------------------------------------------------------------------
+def evaluate(state: ClusterState, mix: WorkloadMix, result: Result, options: PlanOptions) -> Result:
+    result.valid = result.valid and not check_moves(state, result.moves, options)
+    after = cluster_metrics(apply_moves(state, result.moves), mix).total
+    before = cluster_metrics(state, mix).total
+    result.freed = after.whole_free - before.whole_free
+    result.fgd_after = after.fgd
+    return result
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def prefix(p: Plan, per_gpu: float) -> list[Move]:
+    """The longest prefix of the plan with at most `per_gpu` moves per GPU it frees."""
+    best = 0
+    freed = 0
+    for i, m in enumerate(p.moves, start=1):
+        freed += len(m.frees)
+        if freed and i / freed <= per_gpu:
+            best = i
+    return list(p.moves[:best])
+
+
+def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> dict[str, Any]:
+    options = PlanOptions()
+    mix = mix_from_state(state)
+    before = cluster_metrics(state, mix).total
+    results: list[Result] = []
+    p, secs = timed(lambda: plan(state, options))
+    results.append(Result("hami-place", list(p.moves), secs))
+    pre = prefix(p, EFFICIENT)
+    results.append(Result(f"hami-place, prefix ≤{EFFICIENT}/GPU", pre, secs, note=f"first {len(pre)} moves"))
+    q, secs = timed(lambda: plan(state, PlanOptions(max_moves_per_gpu=1)))
+    results.append(Result("best-fit greedy", list(q.moves), secs))
+    moves, secs = timed(lambda: high_node_utilization(state, options))
+    results.append(Result("HighNodeUtilization", moves, secs))
+    if not args.no_koordinator:
+        moves, secs = timed(lambda: fragmentation_aware(state, options, mix))
+        results.append(Result("FragmentationAware", moves, secs))
+    moves, secs = timed(lambda: random_moves(state, options, len(p.moves)))
+    results.append(Result("random", moves, secs))
+    (moves, ordered), secs = timed(lambda: ffd_repack(state, options))
+    results.append(Result("FFD repack", moves, secs, valid=ordered, note="" if ordered else "no valid order found"))
+    for r in results:
+        evaluate(state, mix, r, options)
+    l2, pat = l2_bound(state), pattern_bound(state)
+    frontier = {}
+    if not args.no_frontier and pat is not None:
+        gains = sorted({p.gpus_freed, *(r.freed for r in results if r.freed > 0)})
+        frontier = move_frontier(state, gains)
+    return {
+        "state": label,
+        "gpus": before.gpus,
+        "wholeFreeBefore": before.whole_free,
+        "fgdBefore": round(before.fgd, 1),
+        "l2Gain": l2.gain,
+        "optimumGain": pat.gain if pat else None,
+        "optimumProven": bool(pat and pat.proven),
+        "minMovesLp": {str(k): round(val, 1) for k, val in frontier.items()},
+        "results": [
+            {
+                "method": r.method,
+                "freed": r.freed,
+                "moves": len(r.moves),
+                "movesPerGpu": round(len(r.moves) / r.freed, 2) if r.freed > 0 else None,
+                "seconds": round(r.seconds, 2),
+                "fgdAfter": round(r.fgd_after, 1),
+                "valid": r.valid,
+                "note": r.note,
+            }
+            for r in results
+        ],
+    }
+
+
+def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, Any]:
+    names = sorted(state.nodes)
+    rng = random.Random(args.seed)
+    rows = []
+    for i in range(args.milp_instances):
+        sub = restrict(state, rng.sample(names, args.milp_nodes))
+        p, secs = timed(lambda sub=sub: plan(sub))
+        best = milp_bound(sub, time_limit=args.milp_time, start=p.moves)
+        rows.append(
+            {
+                "instance": i,
+                "gpus": sum(len(n.devices) for n in sub.nodes.values()),
+                "planner": p.gpus_freed,
+                "plannerMoves": len(p.moves),
+                "plannerSeconds": round(secs, 3),
+                "milp": best.gain if best.optimal else None,
+                "milpMoves": best.moves,
+                "milpBound": best.bound_gain,
+                "proven": best.optimal,
+                "milpSeconds": round(best.seconds, 1),
+            }
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    proven = [r for r in rows if r["proven"]]
+    got = sum(r["planner"] for r in proven)
+    opt = sum(r["milp"] for r in proven)
+    return {
+        "nodesPerInstance": args.milp_nodes,
+        "instances": len(rows),
+        "proven": len(proven),
+        "plannerFreed": got,
+        "optimumFreed": opt,
+        "ratio": round(got / opt, 4) if opt else None,
+        "instancesAtOptimum": sum(1 for r in proven if r["planner"] == r["milp"]),
+        "plannerMoves": sum(r["plannerMoves"] for r in proven),
+        "milpMinMoves": sum(r["milpMoves"] or 0 for r in proven if r["milpMoves"] is not None),
+        "rows": rows,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = []
+    for s in report["states"]:
+        lines.append(
+            f"\n### cut {s['state']}: whole GPUs free {s['wholeFreeBefore']}, FGD {s['fgdBefore']}; "
+            f"gain bounds: L2 {s['l2Gain']}, optimum {s['optimumGain']}" + (" (proven)" if s["optimumProven"] else "")
+        )
+        lines.append(
+            "\n| method | GPUs freed | % of optimum | % of L2 | moves | moves/GPU | seconds | FGD after | valid |"
+        )
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for r in s["results"]:
+            opt = s["optimumGain"] or 0
+            pct = f"{100 * r['freed'] / opt:.1f}" if opt else "-"
+            pl2 = f"{100 * r['freed'] / s['l2Gain']:.1f}" if s["l2Gain"] else "-"
+            valid = "yes" if r["valid"] else f"no ({r['note']})"
+            lines.append(
+                f"| {r['method']} | {r['freed']} | {pct} | {pl2} | {r['moves']} | {r['movesPerGpu'] or '-'} | "
+                f"{r['seconds']} | {r['fgdAfter']} | {valid} |"
+            )
+        if s["minMovesLp"]:
+            lines.append(
+                "\nLP lower bound on moves for a gain of "
+                + ", ".join(f"{k}: {v}" for k, v in sorted(s["minMovesLp"].items(), key=lambda kv: int(kv[0])))
+            )
+    sub = report.get("subsets")
+    if sub:
+        lines.append(
+            f"\n### MILP on {sub['instances']} random {sub['nodesPerInstance']}-node subsets of cut "
+            f"{report['subsetCut']}: {sub['proven']} proven; planner {sub['plannerFreed']} of "
+            f"{sub['optimumFreed']} GPUs ({100 * (sub['ratio'] or 0):.1f}%), at the optimum on "
+            f"{sub['instancesAtOptimum']}; moves {sub['plannerMoves']} (MILP fewest for its optimum: "
+            f"{sub['milpMinMoves']})"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pods", default="gpushare40", help="openb pod list (gpushare40, gpuspec10, ...)")
+    ap.add_argument("--cuts", default=",".join(map(str, CUTS)), help="comma-separated cut times")
+    ap.add_argument("--milp-instances", type=int, default=20)
+    ap.add_argument("--milp-nodes", type=int, default=16)
+    ap.add_argument("--milp-time", type=float, default=60.0)
+    ap.add_argument("--milp-cut", type=float, default=0.99)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-koordinator", action="store_true", help="skip the (slow) FragmentationAware baseline")
+    ap.add_argument("--no-frontier", action="store_true", help="skip the LP move bounds")
+    ap.add_argument("--json", type=Path, help="also write the report as JSON")
+    args = ap.parse_args(argv)
+    cuts = [float(c) for c in args.cuts.split(",")]
+    nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
+    pods = replay.load_pods(replay._pods_path(args.pods))
+    r = replay.Replayer(nodes, pods, departures=False)
+    report: dict[str, Any] = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load": os.getloadavg(),
+        },
+        "pods": args.pods,
+        "states": [],
+        "subsetCut": args.milp_cut,
+    }
+    subset_state = None
+    for cut in sorted(set([*cuts, *([args.milp_cut] if args.milp_instances else [])])):
+        r.advance(replay.resolve_cut(pods, cut))
+        state = build_state(r.node_objects, r.pod_objects(include_pending=False))
+        if cut in cuts:
+            print(f"cut {cut}: benchmarking", file=sys.stderr, flush=True)
+            report["states"].append(bench_state(str(cut), state, args))
+            print(table({"states": report["states"][-1:]}), flush=True)
+        if args.milp_instances and cut == args.milp_cut:
+            subset_state = state
+    if subset_state is not None:
+        report["subsets"] = bench_subsets(subset_state, args)
+    report["machine"]["loadAfter"] = os.getloadavg()
+    print("\n## Summary\n" + table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
