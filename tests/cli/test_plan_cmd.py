@@ -1,0 +1,170 @@
+"""`plan` on snapshots: the shipped example and small hand-built clusters. No cluster needed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from hami_place_core import annotations as ann
+from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+from hami_place_core.planner import Move, check_moves
+from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot
+from hami_place_core.state import build_state
+from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.plan_cmd import plan
+from tests.unit.test_planner import node, pod
+
+REQ_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(plan, list(args), terminal_width=160)
+
+
+def ok(*args: str) -> str:
+    result = invoke(*args)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.stdout
+
+
+def write_snapshot(path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+    state = build_state(nodes, pods)
+    doc = make_snapshot(nodes, pods, state, cluster_metrics(state, mix_from_state(state)), "test")
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> str:
+    """Three GPUs at 40%, 30% and 20%: one move frees one GPU, two free two."""
+    nodes = [node("n1", 2), node("n2", 1)]
+    pods = [
+        pod("a", "n1", (0,), 40, labels={"app": "a", "pod-template-hash": "x1"}),
+        pod("b", "n1", (1,), 30, labels={"app": "b"}),
+        pod("c", "n2", (0,), 20, labels={"app": "c"}, namespace="batch"),
+    ]
+    return write_snapshot(tmp_path / "small.json", nodes, pods)
+
+
+def test_table_on_the_shipped_example() -> None:
+    out = ok("--snapshot", "example")
+    head = out.splitlines()[0]
+    m = re.match(r"plan \(free-gpus\): (\d+) moves; whole GPUs free 736 -> (\d+), FGD 460\.10 -> ([\d.]+)", head)
+    assert m, head
+    moves, after = int(m.group(1)), int(m.group(2))
+    assert after - 736 >= 240 and moves <= 2 * (after - 736)
+    assert "#    POD" in out or "#  POD" in out.replace("  ", " ") or "POD" in out
+    assert "whole GPUs free" in out and "FGD (GPUs)" in out and "planned in" in out
+
+
+def test_json_is_a_valid_plan(tmp_path: Path) -> None:
+    doc = json.loads(ok("--snapshot", "example", "--max-moves", "7", "-o", "json"))
+    assert doc["objective"] == "free-gpus" and len(doc["moves"]) == 7
+    assert doc["gpusFreed"] == doc["after"]["wholeGpusFree"] - doc["before"]["wholeGpusFree"] >= 5
+    assert doc["source"].startswith("snapshot example (openb")
+    from hami_place_core.examples import resolve_snapshot
+
+    nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
+    moves = [
+        Move(
+            m["pod"],
+            m["workload"],
+            m["from"]["node"],
+            tuple(m["from"]["gpus"]),
+            m["to"]["node"],
+            tuple(m["to"]["gpus"]),
+            tuple(m["to"]["uuids"]),
+            m["reason"],
+        )
+        for m in doc["moves"]
+    ]
+    assert check_moves(build_state(nodes, pods), moves) == []
+
+
+def test_yaml_manifests_are_ready_to_apply_and_deterministic() -> None:
+    out = ok("--snapshot", "example", "--max-moves", "4", "-o", "yaml")
+    assert out == ok("--snapshot", "example", "--max-moves", "4", "-o", "yaml")
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert len(docs) == 4
+    ids = [d["spec"]["reqID"] for d in docs]
+    assert len(set(ids)) == 4 and all(REQ_ID.match(i) and 5 <= len(i) <= 63 for i in ids)
+    for d in docs:
+        assert d["apiVersion"] == "scheduling.hami.placement.com/v1" and d["kind"] == "HamiPodPlacement"
+        assert d["metadata"]["namespace"] == "openb"
+        spec = d["spec"]
+        pod_name = spec["evictPod"]
+        # from a snapshot: the pod's own labels select its replacement
+        assert spec["podSelector"] == {
+            "matchLabels": {
+                "app": pod_name,
+                "openb.alibaba/qos": spec["podSelector"]["matchLabels"]["openb.alibaba/qos"],
+            }
+        }
+        assert all(re.match(r"^gpu-\d+$", g) for g in spec["gpuDevices"])
+        assert d["metadata"]["labels"]["scheduling.hami.placement.com/created-by"] == "kubectl-hami-place-plan"
+    assert out.count("\n---\n") == 4 and "# 1. openb/" in out
+
+
+def test_small_cluster_moves_and_limits(small: str) -> None:
+    out = ok("--snapshot", small)
+    assert out.startswith("plan (free-gpus): 2 moves; whole GPUs free 0 -> 2")
+    assert "batch/c" in out and "ns/b" in out
+    out = ok("--snapshot", small, "--exclude-namespace", "batch")
+    # c stays; a and b join it instead
+    assert out.startswith("plan (free-gpus): 2 moves; whole GPUs free 0 -> 2")
+    assert "ns/a" in out and "ns/b" in out and "batch/c " not in out
+    assert "not moved (1 pods): 1 namespace batch is excluded" in out
+    out = ok("--snapshot", small, "--max-moves", "0")
+    assert "no moves" in out and out.startswith("plan (free-gpus): 0 moves; whole GPUs free 0 -> 0")
+    docs = [d for d in yaml.safe_load_all(ok("--snapshot", small, "-o", "yaml")) if d]
+    selectors = {d["spec"]["evictPod"]: d["spec"]["podSelector"] for d in docs}
+    assert selectors == {"b": {"matchLabels": {"app": "b"}}, "c": {"matchLabels": {"app": "c"}}}
+    assert ok("--snapshot", small, "--max-moves", "0", "-o", "yaml").startswith("# no moves: plan (free-gpus)")
+
+
+def test_opt_out_annotation(tmp_path: Path) -> None:
+    nodes = [node("n1", 2)]
+    pods = [
+        pod("a", "n1", (0,), 40, annotations={ann.POD_DEFRAG: "false"}),
+        pod("b", "n1", (1,), 30, annotations={ann.POD_DEFRAG: "false"}),
+    ]
+    out = ok("--snapshot", write_snapshot(tmp_path / "s.json", nodes, pods))
+    assert "0 moves" in out.splitlines()[0] and "opted out" in out
+
+
+def test_fragmentation_objective(tmp_path: Path) -> None:
+    # Whole-GPU tasks are half the mix: every partly used GPU is a fragment for them.
+    nodes = [node("n1", 2), node("n2", 2)]
+    pods = [pod("w", "n2", (1,), 100), pod("a", "n1", (0,), 40), pod("b", "n1", (1,), 30), pod("c", "n2", (0,), 20)]
+    snap = write_snapshot(tmp_path / "f.json", nodes, pods)
+    doc = json.loads(ok("--snapshot", snap, "--objective", "fragmentation", "-o", "json"))
+    assert doc["objective"] == "fragmentation" and doc["moves"]
+    assert doc["after"]["fgd"] < doc["before"]["fgd"]
+
+
+def test_errors(small: str, tmp_path: Path) -> None:
+    result = invoke("--snapshot", str(tmp_path / "missing.json"))
+    assert result.exit_code == 1 and isinstance(result.exception, SnapshotError)
+    result = invoke("--snapshot", small, "-l", "pool=a")
+    assert isinstance(result.exception, UserError)
+    assert invoke("--objective", "fastest").exit_code == 2
+    assert invoke("--max-moves", "-1").exit_code == 2
+    assert invoke("-o", "wide").exit_code == 2
+
+
+def test_help_and_import_stay_light() -> None:
+    assert "--exclude-namespace" in ok("--help")
+    code = (
+        "import sys, kubectl_hami_place.plan_cmd; "
+        "heavy = [m for m in ('kubernetes', 'hami_place_core.planner', 'yaml', 'tabulate') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
