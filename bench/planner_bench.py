@@ -411,6 +411,8 @@ def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> di
     before = cluster_metrics(state, mix).total
     results: list[Result] = []
     p, secs = timed(lambda: plan(state, options))
+    for _ in range(args.repeat - 1):  # the planner's time is the best of --repeat runs (a shared machine)
+        secs = min(secs, timed(lambda: plan(state, options))[1])
     results.append(Result("hami-place", list(p.moves), secs))
     pre = prefix(p, EFFICIENT)
     results.append(Result(f"hami-place, prefix ≤{EFFICIENT}/GPU", pre, secs, note=f"first {len(pre)} moves"))
@@ -543,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--milp-time", type=float, default=60.0)
     ap.add_argument("--milp-cut", type=float, default=0.99)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="time the planner this many times, report the best")
     ap.add_argument("--no-koordinator", action="store_true", help="skip the (slow) FragmentationAware baseline")
     ap.add_argument("--no-frontier", action="store_true", help="skip the LP move bounds")
     ap.add_argument("--json", type=Path, help="also write the report as JSON")

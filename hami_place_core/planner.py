@@ -177,7 +177,7 @@ class Plan:
 # Ejection chains: at most MAX_DEPTH pods moved on in a row to make room, EJECT_GROUP pods at most
 # taken off one GPU, and EJECT_SCAN nearly fitting GPUs looked at per level of depth before an
 # evacuation gives up (bounds the time).
-MAX_DEPTH = 2
+MAX_DEPTH = 3
 EJECT_SCAN = 1000
 EJECT_GROUP = 2
 
