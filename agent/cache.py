@@ -3,7 +3,8 @@
 As kopf does it (``kopf/_cogs/clients/watching.py``): list, then watch from the list's
 resourceVersion; a 410 Gone ends the watch and a fresh list follows; other failures back off and
 resume from the last seen resourceVersion. The cache reports ready only after every first list.
-Placements are indexed by namespace, so a webhook call costs O(placements in the pod's namespace).
+Placements are indexed by namespace, and those open for claims also by selector (``claims``), so
+the mutating webhook's lookup costs O(the pod's labels), not O(placements in the namespace).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.claims import ClaimIndex
 from agent.kube import AsyncKube
 from hami_place_core import annotations as ann
 from hami_place_core import kube_errors
@@ -184,6 +186,7 @@ class ClusterCache:
         self.placements = Informer(kube, f"/apis/{hp.GROUP}/{hp.VERSION}/{hp.PLURAL}", "placements")
         self.namespaces = Informer(kube, "/api/v1/namespaces", "namespaces", transform=_trim_namespace)
         self.by_namespace: dict[str, dict[str, Placement]] = {}
+        self.claims = ClaimIndex()  # the open placements, by selector: the mutating webhook's lookup
         self.pods_by_claim: dict[str, str] = {}  # claim token (pod annotation) -> pod key
         self.placements.listeners.append(self._index_placement)
         # The HAMi view, kept current event by event (no rebuild on the hot path).
@@ -197,8 +200,10 @@ class ClusterCache:
         bucket = self.by_namespace.setdefault(p.namespace, {})
         if kind == "DELETED":
             bucket.pop(p.name, None)
+            self.claims.remove(p.namespace, p.name)
         else:
             bucket[p.name] = p
+            self.claims.update(p)
 
     def _on_node(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
@@ -243,6 +248,10 @@ class ClusterCache:
         except TimeoutError:
             return False
         return True
+
+    def claim_candidates(self, namespace: str, labels: Mapping[str, Any]) -> list[Placement]:
+        """Placements of `namespace` open for claims whose selector selects `labels`."""
+        return self.claims.candidates(namespace, labels)
 
     def placements_in(self, namespace: str) -> list[Placement]:
         return list(self.by_namespace.get(namespace, {}).values())

@@ -2,7 +2,7 @@
 
 Never blocks a pod: anything unexpected admits the pod unchanged, logged and counted (the
 webhook is also registered with failurePolicy Ignore). The no-match path touches only the
-in-memory cache; only a match costs an API call (the claim).
+in-memory cache (the claim index: O(the pod's labels)); only a match costs an API call (the claim).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from agent import metrics
 from agent.admission import Review, Verdict
 from agent.cache import ClusterCache
+from agent.claims import claimable
 from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
@@ -22,7 +23,6 @@ from hami_place_core import kube_errors
 from hami_place_core import placement as hp
 from hami_place_core.placement import Placement, link_annotations, pin_patch, workload_key
 from hami_place_core.requests import has_hami_resources
-from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.targets import TargetError, resolve
 
 log = logging.getLogger("hami_place.agent.mutate")
@@ -36,20 +36,6 @@ def is_candidate(pod: dict[str, Any]) -> bool:
     own webhook sets the scheduler name, possibly after ours: we are reinvoked, IfNeeded)."""
     spec = pod.get("spec") or {}
     return spec.get("schedulerName") == HAMI_SCHEDULER or has_hami_resources(pod)
-
-
-def _claimable(p: Placement, owner: str | None) -> bool:
-    """A pin is claimable while Pending. A move is claimable once its intent is written (Evicting)
-    by a pod of the same controller, and after the eviction (WaitingForPod) by any matching pod:
-    the controller recreates the evicted pod within milliseconds of the eviction, before the
-    agent can record it, so waiting for WaitingForPod alone would miss the replacement."""
-    if p.target_error:
-        return False
-    if not p.evict_pod:
-        return p.phase == hp.PENDING
-    if p.phase == hp.WAITING:
-        return True
-    return p.phase == hp.EVICTING and owner is not None and owner == p.status.get("workload")
 
 
 def _pod_label(pod: dict[str, Any]) -> str:
@@ -82,17 +68,11 @@ class PodMutator:
         annotations = meta.get("annotations") or {}
         if hp.POD_CLAIM in annotations:
             return self._reapply(review, annotations)
-        labels = meta.get("labels") or {}
-        candidates = []
+        candidates = self.cache.claim_candidates(review.namespace, meta.get("labels") or {})
+        if not candidates:
+            return Verdict()
         owner = workload_key(pod, review.namespace)
-        for p in self.cache.placements_in(review.namespace):
-            if not _claimable(p, owner):
-                continue
-            try:
-                if matches(p.selector, labels):
-                    candidates.append(p)
-            except SelectorError:
-                continue
+        candidates = [p for p in candidates if claimable(p, owner)]
         if not candidates:
             return Verdict()
         if not self.cache.ready:
@@ -178,7 +158,7 @@ class PodMutator:
             except kube_errors.Conflict:
                 metrics.CLAIM_CONFLICTS.inc()
                 fresh = await reread(self.kube, self.cache, p)
-                if fresh is None or not _claimable(fresh, owner):
+                if fresh is None or not claimable(fresh, owner):
                     log.info(
                         "placement %s no longer claimable: phase %s, reason %s",
                         p.key,

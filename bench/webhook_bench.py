@@ -3,13 +3,15 @@
     .venv/bin/python bench/webhook_bench.py --duration 10 --connections 16 [--profile]
 
 Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``; the LuaJIT scripts are in
-bench/webhook_lua/) and the test-bed binaries (``make testbed-build``). Everything runs on
-127.0.0.1: a TestBed (etcd, kube-apiserver, controller-manager, scheduler, kwok with 4 fake GPU
-nodes), the hami-place CRD, one agent (``python -m agent``, TLS) whose webhooks are registered for
-namespaces labelled ``hami-place-agent=bench`` only, and a bare Sanic app as the baseline (same
-TLS certificate authority, single process, handler = ``json.loads`` + an allow answer echoing the
-uid). All placements are created up front through the apiserver (so through the validating
-webhook): non-matching ones in the pod's namespace, others elsewhere, and the ones to claim.
+bench/webhook_lua/) and the test-bed binaries (``make testbed-build``); with ``go`` on PATH it also
+builds bench/webhook_go (a no-op webhook in Go). Everything runs on 127.0.0.1: a TestBed (etcd,
+kube-apiserver, controller-manager, scheduler, kwok with 4 fake GPU nodes), the hami-place CRD, one
+agent (``python -m agent``, TLS) whose webhooks are registered for namespaces labelled
+``hami-place-agent=bench`` only, and bare Sanic apps as the baseline (same TLS certificate
+authority, single process, handler = parse the review + an allow answer echoing the uid): ``bare``
+parses with orjson, as the agent does, ``bare-json`` with the standard library. All placements are
+created up front through the apiserver (so through the validating webhook): non-matching ones in
+the pod's namespace, others elsewhere, and the ones to claim.
 
 1. **No-match path** (wrk, closed loop, 1/4/16 connections, best of ``--repeat``): realistic pod
    AdmissionReviews (what the apiserver sends for a Deployment's GPU pod, ~6.5 KB; the shape was
@@ -17,10 +19,13 @@ webhook): non-matching ones in the pod's namespace, others elsewhere, and the on
    placements do not match the pod. Agent and bare app are interleaved; the agent's own histogram
    gives its handler time, and its review count is checked against wrk's.
 2. **Pod creation through the real apiserver**: pods POSTed (raw HTTPS, keep-alive, pre-serialised)
-   in a palindromic order to three namespaces without placements: served by the agent's webhook,
-   by the same registration pointing at the bare app, and by no webhook. Sequential, then with
-   concurrent workers. Pods stay unscheduled (no scheduler serves their schedulerName), so
-   scheduler and kwok churn does not load either arm.
+   in a palindromic order to namespaces without placements: served by the agent's webhook, by the
+   same registration pointing at the bare app, at the Go webhook, and by no webhook. GPU pods
+   (candidates: every webhook is called) sequentially and with concurrent workers, then the same
+   pod without its GPU resources (not a candidate: the registration's matchConditions keep the
+   apiserver from calling any webhook; the review counts are checked either way). Pods stay
+   unscheduled (no scheduler serves their schedulerName), so scheduler and kwok churn does not load
+   either arm.
 3. **Match path** (wrk, one connection per thread): each review matches its own pending placement
    and claims it (a status PUT with a resourceVersion precondition through the apiserver). Every
    body is sent exactly once; afterwards the placements are listed and the number newly Claimed
@@ -70,7 +75,7 @@ LUA_DIR = REPO / "bench" / "webhook_lua"
 # The namespaces the agent serves carry this label (the tests' convention); its webhooks are
 # registered for them only, and its controller acts on them only (HAMI_PLACE_NAMESPACE_SELECTOR).
 BENCH_LABEL, BENCH_VALUE = "hami-place-agent", "bench"
-BARE_LABEL = "hami-place-bench-bare"  # namespaces whose pods go to the bare webhook instead
+ARM_LABEL = "hami-place-bench-arm"  # namespaces whose pods go to the bare (or the Go) webhook instead
 CONFIG_NAME = "hami-place-bench"
 GROUP, VERSION, PLURAL = "scheduling.hami.placement.com", "v1", "hamipodplacements"
 NODES = 4
@@ -557,8 +562,10 @@ def best_of(runs: list[WrkRun]) -> list[WrkRun]:
 
 
 # ---- the bare baseline -------------------------------------------------------------------------------
-def serve_bare(port: int, cert: str, key: str) -> int:
-    """The baseline: the same Sanic, TLS and single process as the agent, and no logic at all."""
+def serve_bare(port: int, cert: str, key: str, parser: str = "orjson") -> int:
+    """The baseline: the same Sanic, TLS and single process as the agent, and no logic at all: parse
+    the review (with orjson, as the agent does; ``json`` = the standard library), answer allowed."""
+    import orjson
     from sanic import Request, Sanic
     from sanic import response as r
 
@@ -567,18 +574,18 @@ def serve_bare(port: int, cert: str, key: str) -> int:
     app.config.REQUEST_MAX_SIZE = 8 * 1024 * 1024
     app.config.KEEP_ALIVE_TIMEOUT = 30
     served = [0]
+    loads = orjson.loads if parser == "orjson" else json.loads
 
     @app.post("/mutate")
     async def mutate(request: Request) -> r.HTTPResponse:
-        doc = json.loads(request.body)
+        doc = loads(request.body)
         served[0] += 1
-        return r.json(
-            {
-                "apiVersion": "admission.k8s.io/v1",
-                "kind": "AdmissionReview",
-                "response": {"uid": doc["request"]["uid"], "allowed": True},
-            }
-        )
+        answer = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": doc["request"]["uid"], "allowed": True},
+        }
+        return r.raw(orjson.dumps(answer), content_type="application/json")
 
     @app.get("/healthz")
     async def healthz(request: Request) -> r.HTTPResponse:
@@ -648,6 +655,8 @@ class Bench:
         self.bed: Any = None
         self.agent: Any = None
         self.bare: Any = None
+        self.bare_json: Any = None
+        self.go: Any = None
         self.follower: Any = None
         self.results: dict[str, Any] = {"machine": machine(), "args": vars(args)}
         self.log = lambda msg: print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -680,14 +689,31 @@ class Bench:
         self.agent.start()  # assigned first, so that stop() ends it even if it never gets ready
         self.agent_http = Https(self.agent.port, self.agent.ssl_context())
 
-        bare_port = free_port()
         crt, key = ca.issue_server(["127.0.0.1", "localhost"]).write(self.workdir / "agent", "bare-tls")
-        argv = [sys.executable, __file__, "--serve-bare", str(bare_port), "--cert", str(crt), "--key", str(key)]
-        self.bare = Process("bare-sanic", argv, self.workdir)
-        self.bare.start_with_env(dict(os.environ), cwd=REPO)
-        self.bare_http = Https(bare_port, self.agent.ssl_context())
-        self.bare_url = f"https://127.0.0.1:{bare_port}"
-        wait_until("bare /healthz", lambda: self.bare_http.raw("GET", "/healthz")[0] == 200, self.bare, 30)
+
+        def server(name: str, argv: list[str], port: int) -> tuple[Any, Https, str]:
+            proc = Process(name, argv, self.workdir)
+            proc.start_with_env(dict(os.environ), cwd=REPO)
+            http = Https(port, self.agent.ssl_context())
+            wait_until(f"{name} /healthz", lambda: http.raw("GET", "/healthz")[0] == 200, proc, 30)
+            return proc, http, f"https://127.0.0.1:{port}"
+
+        def bare(parser: str) -> tuple[Any, Https, str]:
+            port = free_port()
+            argv = [sys.executable, __file__, "--serve-bare", str(port), "--cert", str(crt), "--key", str(key)]
+            return server(f"bare-{parser}", [*argv, "--bare-parser", parser], port)
+
+        self.bare, self.bare_http, self.bare_url = bare("orjson")
+        self.bare_json, self.bare_json_http, self.bare_json_url = bare("json")
+        # A no-op webhook in Go: what calling any webhook costs the API server, Python or not.
+        if shutil.which("go"):
+            binary = self.workdir / "webhook-go"
+            subprocess.run(["go", "build", "-o", str(binary), "."], cwd=REPO / "bench" / "webhook_go", check=True)
+            port = free_port()
+            argv = [str(binary), f"127.0.0.1:{port}", str(crt), str(key)]
+            self.go, self.go_http, self.go_url = server("webhook-go", argv, port)
+        else:
+            self.log("go not found: the pod-creation phase runs without the Go webhook arm")
 
         self.log(f"registering the webhooks for namespaces labelled {BENCH_LABEL}={BENCH_VALUE}")
         mutating, validating = webhook_configs(
@@ -696,12 +722,15 @@ class Bench:
         adm = client.AdmissionregistrationV1Api(self.kube)
         adm.create_mutating_webhook_configuration(mutating)  # type: ignore[arg-type]  # the client takes dicts
         adm.create_validating_webhook_configuration(validating)  # type: ignore[arg-type]
-        # The bare server as a pod webhook too, for its own namespaces: it shows what any webhook
-        # costs the apiserver, whatever answers it.
-        bare_hook, _ = webhook_configs(CONFIG_NAME + "-bare", self.bare_url, ca.cert_pem, {})
-        bare_hook["webhooks"][0]["name"] = "pods.bare.bench.hami-place.scheduling.hami.placement.com"
-        bare_hook["webhooks"][0]["namespaceSelector"] = {"matchLabels": {BARE_LABEL: "on"}}
-        adm.create_mutating_webhook_configuration(bare_hook)  # type: ignore[arg-type]
+        # The bare server (and the Go one) as pod webhooks too, for their own namespaces, with the
+        # agent's registration otherwise: they show what any webhook costs the apiserver.
+        for arm, url in (("bare", self.bare_url), ("go", self.go_url if self.go else "")):
+            if not url:
+                continue
+            hook, _ = webhook_configs(f"{CONFIG_NAME}-{arm}", url, ca.cert_pem, {})
+            hook["webhooks"][0]["name"] = f"pods.{arm}.bench.hami-place.scheduling.hami.placement.com"
+            hook["webhooks"][0]["namespaceSelector"] = {"matchLabels": {ARM_LABEL: arm}}
+            adm.create_mutating_webhook_configuration(hook)  # type: ignore[arg-type]
 
         self.ns_nomatch = self.namespace("bench-nomatch", True)
         self.ns_other = [self.namespace(f"bench-other-{i}", True) for i in range(4)]
@@ -711,7 +740,8 @@ class Bench:
         self.ns_put = self.namespace("bench-put", True)
         self.ns_pods = {
             "agent": self.namespace("bench-pods-agent", True),
-            "bare": self.namespace("bench-pods-bare", {BARE_LABEL: "on"}),
+            "bare": self.namespace("bench-pods-bare", {ARM_LABEL: "bare"}),
+            **({"go": self.namespace("bench-pods-go", {ARM_LABEL: "go"})} if self.go else {}),
             "none": self.namespace("bench-pods-none", {}),
         }
         self.wait_validating_active()
@@ -725,11 +755,13 @@ class Bench:
             **{n: c.pid for n, c in self.bed.components.items() if c.pid},
             "agent": self.agent.proc.pid,
             "bare": self.bare.pid,
+            "bare-json": self.bare_json.pid,
+            **({"go": self.go.pid} if self.go else {}),
         }
         CpuMeter.ours = list(self.all_pids.values())
 
     def stop(self) -> None:
-        for part in (self.bare, self.agent, self.follower, self.bed):
+        for part in (self.bare, self.bare_json, self.go, self.agent, self.follower, self.bed):
             if part is not None:
                 with contextlib.suppress(Exception):
                     part.stop()
@@ -828,8 +860,8 @@ class Bench:
         size = statistics.fmean(len(b) for b in bodies)
         self.results["review_bytes"] = round(size)
         path = self.workdir / "nomatch.jsonl"
-        # Both servers must answer "allowed, no patch" to these very bodies.
-        for name, srv in (("agent", self.agent_http), ("bare", self.bare_http)):
+        # Every server must answer "allowed, no patch" to these very bodies.
+        for name, srv in (("agent", self.agent_http), ("bare", self.bare_http), ("bare-json", self.bare_json_http)):
             for b in bodies[:8]:
                 status, resp = srv.raw("POST", "/mutate", b.encode())
                 doc = json.loads(resp)
@@ -838,7 +870,7 @@ class Bench:
         self.log(f"no-match reviews: {size:.0f} bytes each; cache holds {self.placement_count()} placements")
 
         sweep = sorted(set(a.sweep) | {a.connections})
-        for url in (self.agent.url, self.bare_url):  # warm both (TLS, first-request paths)
+        for url in (self.agent.url, self.bare_url, self.bare_json_url):  # warm up (TLS, first-request paths)
             run_wrk("warm-up", url + "/mutate", "cycle.lua", [str(path)], 4, 2, 2, self.pids)
         runs: list[WrkRun] = []
         for rep in range(a.repeat):
@@ -848,6 +880,8 @@ class Bench:
                     order.reverse()  # alternate who goes first
                 runs += [self.nomatch_run(label, c) for label in order]
             runs.append(self.nomatch_run("agent-empty-ns", a.connections, "nomatch-empty.jsonl"))
+            # The baseline with the standard library's parser (the agent's parser before orjson).
+            runs.append(self.nomatch_run("bare-json", a.connections))
         self.results["nomatch_all"] = [asdict(r) for r in runs]
         self.results["nomatch"] = [asdict(r) for r in best_of(runs)]
 
@@ -861,7 +895,7 @@ class Bench:
 
     def nomatch_run(self, label: str, c: int, bodies: str = "nomatch.jsonl") -> WrkRun:
         a = self.args
-        url = {"bare": self.bare_url}.get(label.split("-")[0], self.agent.url) + "/mutate"
+        url = {"bare": self.bare_url, "bare-json": self.bare_json_url}.get(label, self.agent.url) + "/mutate"
         path = str(self.workdir / bodies)
         before = mutate_count(self.agent_http), mutate_seconds(self.agent_http)
         wait_quiet(a.quiet_wait, self.log)
@@ -879,9 +913,10 @@ class Bench:
         return run
 
     def _pids(self, label: str) -> dict[str, int]:
-        if label.startswith("bare"):
-            assert self.bare.pid is not None
-            return {"bare": self.bare.pid}
+        if label in ("bare", "bare-json"):
+            proc = self.bare if label == "bare" else self.bare_json
+            assert proc.pid is not None
+            return {label: proc.pid}
         return {"agent": self.pids["agent"]}
 
     def placement_count(self) -> int:
@@ -891,16 +926,24 @@ class Bench:
     # ---- phase 2: pod creation through the apiserver
     def phase_pods(self) -> None:
         a = self.args
-        template = pod_template("llm-serve", self.template_hash)
+        gpu = pod_template("llm-serve", self.template_hash)
         # Left unscheduled (no scheduler serves this name), so scheduler and kwok churn does not
         # load the control plane during the measurement; the webhook still sees a GPU pod.
-        template["spec"]["schedulerName"] = "hami-place-bench-unscheduled"
-        body = json.dumps(template).encode()
+        gpu["spec"]["schedulerName"] = "hami-place-bench-unscheduled"
+        # The same pod without its GPU resources: not a candidate, so the registration's
+        # matchConditions keep the API server from calling any webhook for it.
+        cpu = json.loads(json.dumps(gpu))
+        for c in cpu["spec"]["containers"]:
+            for section in c["resources"].values():
+                for k in [k for k in section if k.startswith("nvidia.com/")]:
+                    del section[k]
+        bodies = {"gpu": json.dumps(gpu).encode(), "cpu": json.dumps(cpu).encode()}
         paths = {arm: f"/api/v1/namespaces/{ns}/pods" for arm, ns in self.ns_pods.items()}
+        arms = list(self.ns_pods)  # agent, bare, [go,] none
 
-        def create(arm: str) -> float:
+        def create(arm: str, kind: str = "gpu") -> float:
             t0 = time.perf_counter()
-            status, raw = self.api.raw("POST", paths[arm], body)
+            status, raw = self.api.raw("POST", paths[arm], bodies[kind])
             dt = time.perf_counter() - t0
             if status != 201:
                 raise RuntimeError(f"pod create ({arm}): HTTP {status}: {raw[:300]!r}")
@@ -908,69 +951,80 @@ class Bench:
                 raise RuntimeError("a pod in a namespace without placements was patched")
             return dt
 
-        def bare_served() -> int:
-            return int(self.bare_http.json("GET", "/healthz")[1]["served"])
+        def served() -> dict[str, int]:
+            """Reviews each webhook server has answered."""
+            out = {"agent": int(mutate_count(self.agent_http))}
+            out["bare"] = int(self.bare_http.json("GET", "/healthz")[1]["served"])
+            if self.go:
+                out["go"] = int(self.go_http.json("GET", "/healthz")[1]["served"])
+            return out
 
-        # Webhook configurations take effect asynchronously: wait until pods reach both servers.
-        for arm, count in (("agent", lambda: mutate_count(self.agent_http)), ("bare", bare_served)):
+        # Webhook configurations take effect asynchronously: wait until pods reach every server.
+        for arm in [x for x in arms if x != "none"]:
             deadline = time.monotonic() + 30
             while True:
-                before = count()
+                before = served()[arm]
                 create(arm)
-                if count() > before:
+                if served()[arm] > before:
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the {arm} pod webhook never took effect")
                 time.sleep(0.2)
 
         # Palindromic order: each arm sees the same mean position, so linear drift cancels.
-        pattern = ("agent", "bare", "none", "none", "bare", "agent")
+        pattern = (*arms, *reversed(arms))
         out: dict[str, Any] = {}
-        for mode, workers in (("sequential", 1), (f"{a.pod_workers} workers", a.pod_workers)):
+        modes = [
+            ("sequential", 1, "gpu"),
+            (f"{a.pod_workers} workers", a.pod_workers, "gpu"),
+            ("sequential, CPU-only pods", 1, "cpu"),
+        ]
+        for mode, workers, kind in modes:
             per_worker = max(1, a.pods // workers)
 
-            def worker(_: int, per_worker: int = per_worker) -> dict[str, list[float]]:
-                times: dict[str, list[float]] = {arm: [] for arm in self.ns_pods}
-                for i in range(a.pod_warmup * 3):
-                    create(pattern[i % 6])
-                for i in range(per_worker * 3):
-                    arm = pattern[i % 6]
-                    times[arm].append(create(arm))
+            def worker(_: int, per_worker: int = per_worker, kind: str = kind) -> dict[str, list[float]]:
+                times: dict[str, list[float]] = {arm: [] for arm in arms}
+                for i in range(a.pod_warmup * len(arms)):
+                    create(pattern[i % len(pattern)], kind)
+                for i in range(per_worker * len(arms)):
+                    arm = pattern[i % len(pattern)]
+                    times[arm].append(create(arm, kind))
                 return times
 
             wait_quiet(a.quiet_wait, self.log)
-            counts = mutate_count(self.agent_http), bare_served(), mutate_seconds(self.agent_http)
+            before, seconds = served(), mutate_seconds(self.agent_http)
             meter = CpuMeter(self.pids)
             t0 = time.monotonic()
             with ThreadPoolExecutor(workers) as pool:
                 parts = list(pool.map(worker, range(workers)))
             wall = time.monotonic() - t0
             cpu = meter.stop()
-            reviewed = mutate_count(self.agent_http) - counts[0], bare_served() - counts[1]
-            handler_ms = (mutate_seconds(self.agent_http) - counts[2]) / max(1, reviewed[0]) * 1000
-            times = {arm: [t for part in parts for t in part[arm]] for arm in self.ns_pods}
-            expected = len(times["agent"]) + workers * a.pod_warmup
-            if reviewed != (expected, expected):
-                raise RuntimeError(f"agent/bare reviewed {reviewed} pods, expected {expected} each")
+            after = served()
+            reviewed = {arm: after[arm] - before[arm] for arm in after}
+            handler_ms = (mutate_seconds(self.agent_http) - seconds) / max(1, reviewed["agent"]) * 1000
+            times = {arm: [t for part in parts for t in part[arm]] for arm in arms}
+            expected = (len(times["agent"]) + workers * a.pod_warmup) if kind == "gpu" else 0
+            if set(reviewed.values()) != {expected}:
+                raise RuntimeError(f"the webhooks reviewed {reviewed} pods, expected {expected} each")
             st = {arm: summary_ms(v) for arm, v in times.items()}
+            none = st["none"]
             out[mode] = {
                 "workers": workers,
+                "pod": kind,
+                "reviewed": reviewed,
                 **st,
-                "ratio_mean": round(st["agent"]["mean"] / st["none"]["mean"], 3),
-                "ratio_p50": round(st["agent"]["p50"] / st["none"]["p50"], 3),
-                "bare_ratio_mean": round(st["bare"]["mean"] / st["none"]["mean"], 3),
-                "bare_ratio_p50": round(st["bare"]["p50"] / st["none"]["p50"], 3),
-                "added_ms_mean": round(st["agent"]["mean"] - st["none"]["mean"], 3),
-                "bare_added_ms_mean": round(st["bare"]["mean"] - st["none"]["mean"], 3),
+                **{f"{arm}_ratio_mean": round(st[arm]["mean"] / none["mean"], 3) for arm in arms},
+                **{f"{arm}_ratio_p50": round(st[arm]["p50"] / none["p50"], 3) for arm in arms},
+                **{f"{arm}_added_ms_mean": round(st[arm]["mean"] - none["mean"], 3) for arm in arms},
                 "pods_per_s": round(sum(len(v) for v in times.values()) / wall, 1),
-                "agent_handler_ms": round(handler_ms, 3),
+                "agent_handler_ms": round(handler_ms, 3) if reviewed["agent"] else None,
                 "cpu": cpu,
             }
             self.log(
-                f"  pods {mode:10s} mean/p50 ms: agent {st['agent']['mean']:.2f}/{st['agent']['p50']:.2f}  "
-                f"bare {st['bare']['mean']:.2f}/{st['bare']['p50']:.2f}  none {st['none']['mean']:.2f}/"
-                f"{st['none']['p50']:.2f}  ratio agent/none {out[mode]['ratio_mean']:.3f}/{out[mode]['ratio_p50']:.3f}"
-                f"  cpu {cpu}"
+                f"  pods {mode:26s} mean/p50 ms: "
+                + "  ".join(f"{arm} {st[arm]['mean']:.2f}/{st[arm]['p50']:.2f}" for arm in arms)
+                + f"  ratio agent/none {out[mode]['agent_ratio_mean']:.3f}/{out[mode]['agent_ratio_p50']:.3f}"
+                f"  reviewed {reviewed}  cpu {cpu}"
             )
         self.results["pods"] = out
 
@@ -1283,6 +1337,15 @@ def report(results: dict[str, Any]) -> str:
             f"p99 {_ms(bare, 'p99_ms')} ms ({bare['cpu'].get('bare', 0):.2f} cores{_load(bare['cpu'])}) | "
             "baseline | – |"
         )
+    bare_json = by.get(("bare-json", main_c))
+    if bare_json and by.get(("agent", main_c)):
+        ag = by[("agent", main_c)]
+        lines.append(
+            f"| no-match, {main_c} conn: bare Sanic, standard-library json | {bare_json['rps']:,.0f}/s, "
+            f"p50 {_ms(bare_json, 'p50_ms')} ms, p99 {_ms(bare_json, 'p99_ms')} ms "
+            f"({bare_json['cpu'].get('bare-json', 0):.2f} cores{_load(bare_json['cpu'])}) | – | "
+            f"agent {ag['rps'] / bare_json['rps']:.2f} × this rate |"
+        )
     empty = by.get(("agent-empty-ns", main_c))
     bare_main = by.get(("bare", main_c))
     if empty and bare_main:
@@ -1305,15 +1368,25 @@ def report(results: dict[str, Any]) -> str:
             f"p99.9 {_ms(r, 'p999_ms')} ms{_load(r['cpu'])} | – | {ratio} |"
         )
     for mode, d in (results.get("pods") or {}).items():
-        ag, bare, none = d["agent"], d["bare"], d["none"]
+        arms = [arm for arm in ("agent", "bare", "go", "none") if arm in d]
+        names = {"agent": "agent", "bare": "bare Sanic", "go": "Go no-op", "none": "no"}
+        handler = f"agent handler {d['agent_handler_ms'] * 1000:.0f} µs" if d.get("agent_handler_ms") else ""
+        handler = handler or "no webhook called: matchConditions"
+        others = "; ".join(
+            f"{arm}/none {d[f'{arm}_ratio_mean']:.2f} (mean), +{d[f'{arm}_added_ms_mean']:.2f} ms"
+            for arm in arms
+            if arm not in ("agent", "none")
+        )
         lines.append(
-            f"| pod create, {mode} (n={ag['n']} per arm): agent webhook / bare webhook / no webhook | "
-            f"mean {ag['mean']:.2f} / {bare['mean']:.2f} / {none['mean']:.2f} ms, "
-            f"p50 {ag['p50']:.2f} / {bare['p50']:.2f} / {none['p50']:.2f} ms "
-            f"(agent handler {d['agent_handler_ms'] * 1000:.0f} µs{_load(d['cpu'])}) | "
-            f"agent/none ≤ {TARGET_POD_OVERHEAD:.2f} | "
-            f"agent/none **{d['ratio_mean']:.2f}** (mean), {d['ratio_p50']:.2f} (p50), +{d['added_ms_mean']:.2f} ms; "
-            f"bare/none {d['bare_ratio_mean']:.2f} (mean), +{d['bare_added_ms_mean']:.2f} ms |"
+            f"| pod create, {mode} (n={d['agent']['n']} per arm): "
+            + " / ".join(f"{names[arm]} webhook" for arm in arms)
+            + " | mean "
+            + " / ".join(f"{d[arm]['mean']:.2f}" for arm in arms)
+            + " ms, p50 "
+            + " / ".join(f"{d[arm]['p50']:.2f}" for arm in arms)
+            + f" ms ({handler}{_load(d['cpu'])}) | agent/none ≤ {TARGET_POD_OVERHEAD:.2f} | "
+            f"agent/none **{d['agent_ratio_mean']:.2f}** (mean), {d['agent_ratio_p50']:.2f} (p50), "
+            f"+{d['agent_added_ms_mean']:.2f} ms; {others} |"
         )
     for mode, d in (results.get("put_baseline") or {}).items():
         lines.append(
@@ -1394,6 +1467,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write all results as JSON here")
     p.add_argument("--workdir", type=Path, help="keep logs and state here (default: a temporary directory)")
     p.add_argument("--serve-bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    p.add_argument("--bare-parser", default="orjson", help=argparse.SUPPRESS)
     p.add_argument("--cert", help=argparse.SUPPRESS)
     p.add_argument("--key", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -1402,7 +1476,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve_bare:
-        return serve_bare(args.serve_bare, args.cert, args.key)
+        return serve_bare(args.serve_bare, args.cert, args.key, args.bare_parser)
     if not shutil.which("wrk"):
         print("wrk not found: apt-get install wrk", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hami_place_core.requests import HAMI_RESOURCES
 from testbed.certs import CertificateAuthority
 from testbed.processes import Process, StartupError, free_port, wait_until
 
@@ -172,6 +173,26 @@ class RoundRobinProxy:
         self._loop.close()
 
 
+# The API server calls the mutating webhook only for pods HAMi will schedule (agent/mutate.py,
+# is_candidate: named for hami-scheduler, or a container or init container asks for a HAMi
+# resource): any webhook call costs a pod creation about 1 ms here, whatever answers it
+# (docs/benchmarks.md), and most pods are not GPU pods. chart/templates/webhook.yaml renders the
+# same expression (tests/agent/test_registration.py compares them field by field).
+POD_MATCH_CONDITIONS = [
+    {
+        "name": "hami-candidate",
+        "expression": (
+            "(has(object.spec.schedulerName) && object.spec.schedulerName == 'hami-scheduler') || "
+            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
+            ".exists(c, has(c.resources) && "
+            f"[{', '.join(repr(r) for r in HAMI_RESOURCES)}]"
+            ".exists(r, (has(c.resources.limits) && r in c.resources.limits) || "
+            "(has(c.resources.requests) && r in c.resources.requests)))"
+        ),
+    }
+]
+
+
 def webhook_configs(
     name: str, base_url: str, ca_pem: bytes, namespace_selector: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -185,11 +206,20 @@ def webhook_configs(
             {
                 "name": "pods.hami-place.scheduling.hami.placement.com",
                 "clientConfig": {"url": f"{base_url}/mutate", "caBundle": bundle},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
                 "namespaceSelector": namespace_selector,
                 "objectSelector": {
                     "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
                 },
+                "matchConditions": POD_MATCH_CONDITIONS,
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "NoneOnDryRun",
                 "failurePolicy": "Ignore",
@@ -212,6 +242,7 @@ def webhook_configs(
                         "apiVersions": ["v1"],
                         "operations": ["CREATE", "UPDATE"],
                         "resources": ["hamipodplacements"],
+                        "scope": "Namespaced",
                     }
                 ],
                 "namespaceSelector": namespace_selector,

@@ -1,4 +1,5 @@
-"""Pure logic of the agent: the pin patch, admission responses, config, and the informer's 410 path."""
+"""Pure logic of the agent: the pin patch, admission responses, config, the informer's 410 path, the claim
+index and what a controller pass looks at."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.admission import Verdict, build_response, parse_review
-from agent.cache import Informer
+from agent.cache import ClusterCache, Informer
+from agent.claims import ClaimIndex, open_for_claims
 from agent.config import ConfigError, Settings
+from agent.controller import PlacementController
 from agent.errors import InvalidRequest
 from hami_place_core import kube_errors
-from hami_place_core.placement import pin_patch
+from hami_place_core import placement as hp
+from hami_place_core.placement import Placement, pin_patch
+from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.targets import parse_targets
 
 
@@ -195,3 +202,129 @@ def test_informer_relists_on_410_and_reconciles_the_store() -> None:
     assert set(inf.store) == {"a", "c"}  # b, seen only on the watch, is gone after the relist
     assert seen == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c"), ("DELETED", "b")]
     assert inf.resource_version == "20"
+
+
+# ---- the claim index (the mutating webhook's lookup) ----------------------------------------------
+
+_KEYS = st.sampled_from(["app", "team", "rank", "pod-template-hash"])
+_VALUES = st.sampled_from(["a", "b", "c"])
+_EXPR = st.builds(
+    lambda k, op, vs: {"key": k, "operator": op, "values": vs},
+    _KEYS,
+    st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Bogus"]),
+    st.lists(_VALUES, max_size=3),
+)
+_SELECTOR = st.fixed_dictionaries(
+    {},
+    optional={
+        "matchLabels": st.dictionaries(_KEYS, _VALUES, max_size=3),
+        "matchExpressions": st.lists(_EXPR, max_size=3),
+    },
+)
+_PLACEMENT = st.tuples(
+    st.sampled_from(["p1", "p2", "p3", "p4", "p5", "p6"]),
+    st.sampled_from(["ns1", "ns2"]),
+    _SELECTOR,
+    st.sampled_from(["Pending", "Claimed", "WaitingForPod", "Evicting", "Completed"]),
+    st.booleans(),  # a move
+    st.booleans(),  # a bad target
+)
+
+
+def _placement(name: str, ns: str, selector: dict[str, Any], phase: str, move: bool, bad: bool) -> Placement:
+    return Placement.from_object(
+        {
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2025-01-01T00:00:00Z"},
+            "spec": {
+                "reqID": name,
+                "podSelector": selector,
+                "nodeName": "n",
+                "gpuDevices": ["gpu-x" if bad else "gpu-0"],
+                **({"evictPod": "old"} if move else {}),
+            },
+            "status": {"phase": phase, "workload": "ns1/ReplicaSet/rs"},
+        }
+    )
+
+
+def _selects(p: Placement, labels: dict[str, str]) -> bool:
+    try:
+        return matches(p.selector, labels)
+    except SelectorError:
+        return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), _PLACEMENT), max_size=25),  # (delete?, placement) events
+    st.dictionaries(_KEYS, _VALUES, max_size=4),
+)
+def test_claim_index_finds_exactly_what_a_scan_finds(events: list[Any], labels: dict[str, str]) -> None:
+    index = ClaimIndex()
+    live: dict[tuple[str, str], Placement] = {}
+    for delete, spec in events:
+        p = _placement(*spec)
+        if delete:
+            index.remove(p.namespace, p.name)
+            live.pop((p.namespace, p.name), None)
+        else:
+            index.update(p)
+            live[(p.namespace, p.name)] = p
+    for ns in ("ns1", "ns2", "ns3"):
+        want = {p.name for (n, _), p in live.items() if n == ns and open_for_claims(p) and _selects(p, labels)}
+        got = [p.name for p in index.candidates(ns, labels)]
+        assert sorted(got) == sorted(want)  # and no placement twice
+
+
+def test_claim_index_files_a_shared_pair_once_and_the_rest_under_their_own_pairs() -> None:
+    index = ClaimIndex()
+    for i in range(50):  # each ReplicaSet's placement: app=web and its own pod-template-hash
+        index.update(_placement(f"p{i}", "ns", {"matchLabels": {"app": "web", "h": f"h{i}"}}, "Pending", False, False))
+    # a pod of ReplicaSet h7 reaches its own placement and at most one other through app=web
+    ns = index._by_ns["ns"]
+    assert len(ns.lookup({"app": "web", "h": "h7"})) <= 2
+    assert [p.name for p in index.candidates("ns", {"app": "web", "h": "h7"})] == ["p7"]
+    assert index.candidates("ns", {"app": "web", "h": "h7", "x": 1}) != []  # non-string labels are harmless
+    assert index.candidates("ns", "not a mapping") == []  # type: ignore[arg-type]
+
+
+def test_review_parser_rejects_what_orjson_rejects() -> None:
+    for body, message in (
+        (b"\xff\xfe", "not JSON"),
+        (b'{"kind": NaN}', "not JSON"),
+        (b"[" * 2000 + b"]" * 2000, "not JSON"),
+        (b"", "not JSON"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            parse_review(body)
+
+
+def test_controller_passes_look_at_what_changed_and_at_expired_leases() -> None:
+    async def scenario() -> None:
+        cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
+        ctl = PlacementController(Settings(), cache, None, None)  # type: ignore[arg-type]
+
+        def put(name: str, phase: str, lease: str = "", move: bool = False) -> None:
+            status = {"phase": phase, **({"claimLeaseExpiresAt": lease} if lease else {})}
+            spec = {"reqID": name, "podSelector": {"matchLabels": {"app": name}}, "nodeName": "n"}
+            obj = {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"}, "status": status}
+            cache.placements.apply(
+                {"type": "MODIFIED", "object": {**obj, "spec": {**spec, **({"evictPod": "x"} if move else {})}}}
+            )
+
+        put("old", hp.CLAIMED, lease="2000-01-01T00:00:00Z")
+        put("later", hp.CLAIMED, lease="2999-01-01T00:00:00Z")
+        put("mv", hp.PENDING, move=True)
+        assert ctl._due() == {"ns/old", "ns/later", "ns/mv"}  # the first pass looks at everything
+        assert ctl._due() == {"ns/mv", "ns/old"}  # then moves, and leases that expired
+        assert ctl._due() == {"ns/mv"}
+        pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {hp.POD_PLACEMENT: "later"}}}
+        cache.pods.apply({"type": "ADDED", "object": pod})
+        assert ctl._due() == {"ns/mv", "ns/later"}  # a pod that names its placement
+        put("mv", hp.COMPLETED, move=True)
+        assert ctl._due() == {"ns/mv"}  # changed once more, then finished: no longer every pass
+        assert ctl._due() == set()
+        cache.namespaces.apply({"type": "MODIFIED", "object": {"metadata": {"name": "ns", "labels": {"a": "b"}}}})
+        assert ctl._due() == {"ns/old", "ns/later", "ns/mv"}
+
+    asyncio.run(scenario())

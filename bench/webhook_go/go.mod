@@ -1,0 +1,3 @@
+module hami-place/bench/webhook-go
+
+go 1.22
