@@ -14,14 +14,16 @@ cheapest first: fewest pods, then the lightest GPU, then the lightest node. A ca
 largest first, each go best-fit into a GPU that stays in use: the one left with the least free
 compute that still passes Fit (among equals the pod's own node, then GPUs already receiving,
 then the busiest). The evacuation is committed only if *all* its pods fit, else nothing moves.
-Three passes: direct placements only; then *ejection chains* one and two deep, where a pod that
-fits nowhere takes the place of up to two smaller pods on a nearly fitting GPU, which move on
-first (recursively); each evacuation may cost at most ``max_moves_per_gpu`` moves in all. Up to
-here a pod moves once and a GPU that received a pod is never emptied. A last pass repeats the
-three with both allowed: a pod already moving may get another place at no extra move (or go home,
-saving one). Finally the moves are put in an order where each one fits when made (the order the
-places were chosen, always taking the first move that fits): every prefix of the plan is valid,
-and the cheap frees come first. If no such order exists, the plan of the first passes is kept.
+Passes by cost: with budget B = 1, 2, ... ``max_moves_per_gpu`` moves, every candidate with at
+most B pods to move is tried once; the moves beyond its own pods go to *ejection chains* (up to
+MAX_DEPTH deep): a pod that fits nowhere takes the place of up to two smaller pods on a nearly
+fitting GPU, and they move on first, recursively. So all one-move frees come before the two-move
+ones, and so on. In these passes a pod moves once and a GPU that received a pod is never emptied.
+A last round repeats the passes with both allowed: a pod already moving may get another place at
+no extra move (or go home, saving one). Finally the moves are put in an order where each one
+fits when made (the order the places were chosen, always taking the first move that fits): every
+prefix of the plan is valid, and the cheap frees come first. If no such order exists, the plan of
+the first round is kept.
 
 **Objective ``fragmentation``.** The same evacuations, committed only when they lower the FGD
 fragmentation of the workload mix (:mod:`hami_place_core.fragmentation`) by at least
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hami_place_core.annotations import GpuDevice
-from hami_place_core.fit import NO_SELECTORS, GpuUsage, fit_pod, gpu_fit_reason
+from hami_place_core.fit import GpuUsage, fit_pod, gpu_fit_reason
 from hami_place_core.fragmentation import (
     ClusterMetrics,
     FitTable,
@@ -62,7 +64,7 @@ from hami_place_core.planner_constraints import (
     node_refusal,
     node_schedulable,
 )
-from hami_place_core.requests import GpuRequest
+from hami_place_core.requests import DeviceSelectors, GpuRequest
 from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod
 
 Objective = Literal["free-gpus", "fragmentation"]
@@ -274,6 +276,20 @@ class _Engine:
         self.reroute = False  # second phase: pods already moved may be given another place
         self.event = 0
         self.sig_nodes: dict[str, frozenset[str]] = {}
+        # GPU types each pod's use-/nouse-gputype accept (None: no type selector)
+        types = sorted({d.type for d in self.g_dev})
+        allowed: dict[DeviceSelectors, frozenset[str]] = {}
+        self.p_types: list[frozenset[str] | None] = []
+        self.p_plain: list[bool] = []  # no GPU type or UUID selector at all
+        for a in self.p_alloc:
+            sel = a.request.selectors
+            self.p_plain.append(not (sel.use_types or sel.nouse_types or sel.use_uuids or sel.nouse_uuids))
+            if not sel.use_types and not sel.nouse_types:
+                self.p_types.append(None)
+                continue
+            if sel not in allowed:
+                allowed[sel] = frozenset(t for t in types if sel.type_allowed(t))
+            self.p_types.append(allowed[sel])
         # Taints keep even pods without any scheduling constraint off a node.
         self.tainted = any(t.get("effect") in SCHEDULING_EFFECTS for n in state.nodes.values() for t in n.taints)
         # best-fit buckets: free compute -> sorted entries of GPUs that are in use and may receive
@@ -336,7 +352,17 @@ class _Engine:
         if nodes is not None and self.g_node[g] not in nodes and g not in self.p_origin[p]:
             return False
         sel = self.p_alloc[p].request.selectors
+        if not self.p_plain[p] and not self.allowed(p, self.g_dev[g]):
+            return False
         return gpu_fit_reason(req, self.g_dev[g], self.g_use[g], sel, self.g_cordoned[g]) is None
+
+    def allowed(self, p: int, d: GpuDevice) -> bool:
+        """Pod p's GPU type and UUID selectors accept GPU d."""
+        types = self.p_types[p]
+        if types is not None and d.type not in types:
+            return False
+        sel = self.p_alloc[p].request.selectors
+        return not (sel.use_uuids or sel.nouse_uuids) or sel.uuid_allowed(d.uuid)
 
     def moved(self, p: int) -> bool:
         return self.p_gids[p] != self.p_origin[p]
@@ -552,8 +578,7 @@ class _Engine:
         if depth <= 0 or req.nums != 1 or self.moves_made - self._base >= self._cap:
             return False
         nodes = self.eligible_nodes(p)
-        sel = self.p_alloc[p].request.selectors
-        typed = sel != NO_SELECTORS
+        typed = not self.p_plain[p]
         # Each ejected pod needs room elsewhere: a group makes at most EJECT_GROUP times the
         # largest free compute there is.
         most = EJECT_GROUP * (self.levels[-1] if self.levels else 0)
@@ -564,11 +589,11 @@ class _Engine:
                 if nodes is not None and self.g_node[t] not in nodes and t not in self.p_origin[p]:
                     continue
                 d = self.g_dev[t]
-                if typed and (not sel.type_allowed(d.type) or not sel.uuid_allowed(d.uuid)):
-                    continue
-                self._work -= 1
+                self._work -= 1  # GPUs of other types count too: the scan stays bounded
                 if self._work < 0:
                     return False
+                if typed and not self.allowed(p, d):
+                    continue
                 # Quick check before trying sets: the smaller pods on t must free enough compute.
                 room = level
                 taken = 0
