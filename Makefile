@@ -17,9 +17,9 @@ $(BIN)/python:
 install: $(BIN)/python ## Create .venv and install the package with the agent, dev and binary extras (pinned)
 	$(BIN)/pip install -q -c constraints.txt -e '.[agent,dev,binary]'
 
-run: install ## Inspect the shipped example cluster (a replayed real GPU trace): no cluster needed
-	$(BIN)/kubectl-hami_place inspect --snapshot example --heatmap
+run: install ## Inspect and plan the shipped example cluster (a replayed real GPU trace): no cluster needed
 	$(BIN)/kubectl-hami_place inspect --snapshot example | tail -n 14
+	$(BIN)/kubectl-hami_place plan --snapshot example --max-moves 250 | sed -e '14,244d'
 
 testbed-build: install ## Build (once) or locate the test-bed binaries: etcd, kube-*, kwok, helm
 	$(BIN)/python -m testbed build

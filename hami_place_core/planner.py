@@ -606,6 +606,11 @@ class _Engine:
                 if room < req.coresreq:
                     continue
                 for group in self._ejections(p, t):
+                    # A chain that needs more moves than the cap leaves is rejected at the end of
+                    # evacuate() anyway; near --max-moves such chains were most of the runtime.
+                    extra = sum(1 for q in group if not self.moved(q)) + (not self.moved(p))
+                    if self.moves_made - self._base + extra > self._cap:
+                        continue
                     mark = len(records)
                     ok = all(self.place(q, exclude | {t}, depth - 1, steps, records) for q in group)
                     if ok and self.can_move(p) and self.fits(p, t, req, nodes):
@@ -743,6 +748,10 @@ def _evacuations(engine: _Engine, options: PlanOptions, accept: Callable[[list[_
     up to MAX_DEPTH deep), up to max_moves_per_gpu. `accept` (objective fragmentation) may veto."""
     cap = max(1, options.max_moves_per_gpu)
     for budget in range(1, cap + 1):
+        if budget > 1 and budget > engine.max_moves - engine.moves_made:
+            # Every GPU this pass could empty within what --max-moves leaves was tried by the
+            # pass with that budget; trying them all again (they fail at the cap) took seconds.
+            break
         # A GPU whose pods are like those of one that could not be emptied since the last change
         # cannot be emptied either (up to tie-breaks): skip it, which keeps deep searches cheap.
         failed: dict[tuple[Any, ...], int] = {}
@@ -754,6 +763,10 @@ def _evacuations(engine: _Engine, options: PlanOptions, accept: Callable[[list[_
                 continue
             new = sum(1 for p in engine.g_pods[x] if not engine.moved(p))
             if new > budget or (new == 0 and budget > 1):
+                continue
+            # Near the --max-moves limit most GPUs need more moves than are left: a search for
+            # them is bound to fail, and used to dominate the runtime of a limited plan.
+            if new > engine.max_moves - engine.moves_made:
                 continue
             kind = engine.kind_of(x)
             if failed.get(kind) == changes:

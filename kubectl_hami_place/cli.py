@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evict": ("kubectl_hami_place.placement_cmds", "evict", "Evict a pod safely, and wait for its replacement."),
     "cancel": ("kubectl_hami_place.placement_cmds", "cancel", "Withdraw a placement that has not been consumed yet."),
     "status": ("kubectl_hami_place.status_cmd", "status", "List placements: phase, reason, target, pod and age."),
+    "plan": ("kubectl_hami_place.plan_cmd", "plan", "Plan the moves that free the most whole GPUs (no changes)."),
+    "defrag": ("kubectl_hami_place.defrag_cmd", "defrag", "Plan moves that free whole GPUs and execute them safely."),
     "completion": ("kubectl_hami_place.misc_cmds", "completion", "Print a shell completion script (bash, zsh, fish)."),
     "selftest": ("kubectl_hami_place.misc_cmds", "selftest", "Check this build offline: imports and a rendered table."),
 }
