@@ -25,6 +25,15 @@ def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, 
     return nodes, pods
 
 
+def live_state(kube: Kube, node_selector: str | None = None) -> ClusterState:
+    """The cluster as HAMi accounts it now, read from the API server (only the selected nodes)."""
+    nodes, pods = load_cluster(kube, node_selector)
+    if node_selector:
+        names = {n["metadata"]["name"] for n in nodes}
+        pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in names]
+    return build_state(nodes, pods)
+
+
 def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
     if not names:
         return sorted(n for n, node in state.nodes.items() if node.devices or node.register.format == "invalid")

@@ -53,7 +53,7 @@ def _check_target(kube: Any, node: str, gpus: tuple[str, ...]) -> str:
     return ", ".join(f"{g} ({d.uuid})" for g, d in zip(gpus, devices, strict=True))
 
 
-def _create(kube: Any, manifest: dict[str, Any], dry_run: str | None) -> dict[str, Any]:
+def create_placement(kube: Any, manifest: dict[str, Any], dry_run: str | None) -> dict[str, Any]:
     from hami_place_core import placement as hp
 
     ns = manifest["metadata"]["namespace"]
@@ -70,7 +70,7 @@ def _print_object(obj: dict[str, Any], output: str) -> None:
         click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
 
 
-def _follow(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout: float | None) -> None:
+def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout: float | None) -> None:
     """Stream progress until terminal: exit 0 on Completed, 1 (UserError) on Failed or timeout."""
     from kubectl_hami_place.follow import AgentRef, Reporter, follow
 
@@ -156,15 +156,15 @@ def pin(workload: str | None, selector: str | None, node: str, gpus: tuple[str, 
     target = _check_target(kube, node, gpus)
     req_id = kw["req_id"] or hp.new_req_id()
     name = kw["placement_name"] or hp.placement_name(wl.stem, req_id)
-    manifest = _manifest(ns, name, req_id, wl.selector, node, gpus, None)
+    manifest = placement_manifest(ns, name, req_id, wl.selector, node, gpus, None)
     dry_run = None if kw["dry_run"] == "none" else kw["dry_run"]
-    obj = manifest if dry_run == "client" else _create(kube, manifest, dry_run)
+    obj = manifest if dry_run == "client" else create_placement(kube, manifest, dry_run)
     _announce(obj, f"pins {wl.description}", target, dry_run, kw["output"])
     if kw["watch"] and not dry_run:
-        _follow(kube, ns, name, kw, kw["timeout"])
+        follow_placement(kube, ns, name, kw, kw["timeout"])
 
 
-def _manifest(
+def placement_manifest(
     ns: str, name: str, req_id: str, selector: dict[str, Any], node: str, gpus: tuple[str, ...], evict: str | None
 ) -> dict[str, Any]:
     from hami_place_core import placement as hp
@@ -194,11 +194,11 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     target = _check_target(kube, node, gpus)
     req_id = kw["req_id"] or hp.new_req_id()
     name = kw["placement_name"] or hp.placement_name(wl.stem, req_id)
-    manifest = _manifest(ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None)
+    manifest = placement_manifest(ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None)
     if evict and kw.get("eviction_timeout"):
         manifest["spec"]["timeouts"] = {"evictionSeconds": max(1, round(kw["eviction_timeout"]))}
     dry_run = None if kw["dry_run"] == "none" else kw["dry_run"]
-    obj = manifest if dry_run == "client" else _create(kube, manifest, dry_run)
+    obj = manifest if dry_run == "client" else create_placement(kube, manifest, dry_run)
     if evict:
         what = f"evicts pod {pod_name} (PDBs respected); {wl.description} lands on the target"
     else:
@@ -208,7 +208,7 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
         )
     _announce(obj, what, target, dry_run, kw["output"])
     if wait and not dry_run:
-        _follow(kube, ns, name, kw, kw["timeout"])
+        follow_placement(kube, ns, name, kw, kw["timeout"])
 
 
 def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:

@@ -1,0 +1,155 @@
+"""`kubectl hami-place defrag --apply`: execute the planner's moves one at a time, re-planning from
+the live cluster after each, through the same placements (with evictPod) as `move --evict`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import click
+
+from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.options import Duration, agent_options, kube_options, selector_option
+
+DEFAULT_MAX_MOVES = 10
+
+
+@click.command()
+@click.option("--apply", "do_apply", is_flag=True, help="Execute the moves (without it: print the plan only).")
+@click.option(
+    "--objective",
+    type=click.Choice(["free-gpus", "fragmentation"]),
+    default="free-gpus",
+    show_default=True,
+    help="Free whole GPUs, or lower FGD fragmentation for the current workload mix.",
+)
+@click.option(
+    "--max-moves",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_MOVES,
+    show_default=True,
+    help="Stop after this many.",
+)
+@click.option(
+    "--exclude-namespace",
+    "excluded",
+    multiple=True,
+    metavar="NS",
+    help="Never move pods of this namespace (repeatable; kube-system always).",
+)
+@click.option(
+    "--max-moves-per-workload",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Disruptions per workload in one run (PDBs are respected on top, by the agent).",
+)
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default=600.0,
+    show_default=True,
+    metavar="DURATION",
+    help="Per move: stop following after this long (exit 1; the placement stays).",
+)
+@click.option(
+    "--eviction-timeout",
+    type=Duration(),
+    metavar="DURATION",
+    help="Per move: fail it (and stop) if PDBs keep blocking its eviction this long (agent default 5m).",
+)
+@selector_option("Only nodes with these labels: defragment one node pool (e.g. -l pool=a100).")
+@agent_options
+@kube_options
+def defrag(
+    do_apply: bool, objective: str, max_moves: int, excluded: tuple[str, ...], selector: str | None, **kw: Any
+) -> None:
+    """Defragment the cluster: plan moves that free whole GPUs, then execute them safely.
+
+    With --apply, each move is a HamiPodPlacement with evictPod, executed by the agent (its rate
+    limits, the PDBs and the controller checks hold), followed until Completed. After each move the
+    plan is recomputed from the live cluster; the first failure stops the run with a summary.
+    Without --apply it prints the plan and changes nothing.
+
+    \b
+    Examples:
+      kubectl hami-place defrag                       # what would move (no changes)
+      kubectl hami-place defrag --apply --max-moves 5
+      kubectl hami-place defrag --apply --objective fragmentation --exclude-namespace prod
+    """
+    from hami_place_core import placement as hp
+    from hami_place_core.planner import PlanOptions, plan
+    from kubectl_hami_place.inspect_cmd import live_state
+    from kubectl_hami_place.kube import Kube
+    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
+    from kubectl_hami_place.workloads import get_pod, pod_workload
+
+    kube = Kube(kw["kubeconfig"], kw["context"], kw["namespace"], False, kw["request_timeout"])
+    base = PlanOptions(
+        objective=objective,  # type: ignore[arg-type]
+        excluded_namespaces=frozenset({"kube-system", *excluded}),
+        max_moves_per_workload=kw["max_moves_per_workload"],
+    )
+    start = plan(live_state(kube, selector), _with(base, max_moves=max_moves))
+    click.echo(
+        f"plan ({objective}): {len(start.moves)} moves; whole GPUs free {start.before.whole_free} -> "
+        f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"
+    )
+    if not do_apply:
+        for i, m in enumerate(start.moves, 1):
+            click.echo(f"  {i}. {_describe(m)}")
+        click.echo("dry run: nothing changed; run with --apply to execute" if start.moves else "nothing to do")
+        return
+    used: Counter[str] = Counter()
+    done = 0
+    try:
+        while done < max_moves:
+            current = plan(
+                live_state(kube, selector), _with(base, max_moves=max_moves - done, workload_moves_used=dict(used))
+            )
+            if not current.moves:
+                break
+            m = current.moves[0]
+            click.echo(f"move {done + 1}: {_describe(m)}")
+            pod = get_pod(kube, m.namespace, m.name)
+            wl = pod_workload(kube, pod)
+            req_id = hp.new_req_id()
+            name = hp.placement_name(f"defrag-{m.name}", req_id)
+            gpus = tuple(m.gpu_devices)
+            manifest = placement_manifest(m.namespace, name, req_id, wl.selector, m.to_node, gpus, m.name)
+            manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
+            if kw.get("eviction_timeout"):
+                manifest["spec"]["timeouts"] = {"evictionSeconds": max(1, round(kw["eviction_timeout"]))}
+            create_placement(kube, manifest, None)
+            follow_placement(kube, m.namespace, name, kw, kw["timeout"])
+            used[m.workload or m.pod] += 1
+            done += 1
+    except UserError as e:
+        _summary(kube, start, done, selector)
+        raise UserError(f"defrag stopped at move {done + 1}: {e}") from e
+    _summary(kube, start, done, selector)
+
+
+def _with(options: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(options, **changes)
+
+
+def _describe(m: Any) -> str:
+    frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
+    to = ",".join(m.gpu_devices)
+    frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
+    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {to} ({m.reason}{frees})"
+
+
+def _summary(kube: Any, start: Any, done: int, selector: str | None) -> None:
+    from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+    from kubectl_hami_place.inspect_cmd import live_state
+
+    state = live_state(kube, selector)
+    now = cluster_metrics(state, mix_from_state(state)).total
+    click.echo(
+        f"done: {done} moves; whole GPUs free {start.before.whole_free} -> {now.whole_free}, "
+        f"FGD {start.before.fgd:.2f} -> {now.fgd:.2f}"
+    )
