@@ -9,6 +9,7 @@ from sanic import Sanic
 from agent import logs
 from agent.app import create_app
 from agent.config import ConfigError, Settings
+from agent.tls import server_context
 
 
 def main() -> int:
@@ -19,7 +20,11 @@ def main() -> int:
         return 2
     logs.setup(settings.log_level)
     app = create_app(settings)
-    ssl = {"cert": settings.tls_cert_file, "key": settings.tls_key_file} if settings.tls_cert_file else None
+    try:
+        ssl = server_context(settings)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        print(f"hami-place agent: cannot load TLS files: {e}", file=sys.stderr)
+        return 2
     common = {"host": settings.host, "ssl": ssl, "single_process": True, "access_log": False, "motd": False}
     app.prepare(port=settings.port, **common)  # type: ignore[arg-type]
     if settings.proxy_port:

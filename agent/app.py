@@ -32,6 +32,7 @@ from agent.events import EventRecorder
 from agent.kube import AsyncKube, load_credentials
 from agent.leader import LeaderElector
 from agent.mutate import PodMutator
+from agent.tls import require_webhook_client
 from agent.validate import PlacementValidator
 from hami_place_core import placement as hp
 
@@ -112,6 +113,7 @@ def webhooks_bp() -> Blueprint:
         # Through the service proxy anyone with services/proxy `create` could POST reviews.
         if via_proxy_port(request):
             raise NotFound(f"{request.path} is not served on the read-only proxy port")
+        require_webhook_client(request.app.ctx.settings, request.transport)
 
     # The answers are encoded once, by orjson, and sent as they are (r.json would encode again).
     @bp.post("/mutate")

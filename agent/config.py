@@ -72,6 +72,9 @@ class Settings:
     proxy_port: int = 0
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    # Webhook callers must present a client certificate from this CA (agent/tls.py); empty: off.
+    webhook_client_ca_file: str = ""
+    webhook_client_names: tuple[str, ...] = ()  # accepted certificate CNs; empty: any from the CA
     kubeconfig: str = ""  # empty: in-cluster service account
     token_file: str = ""  # optional: read the API token from this file (rotating projected tokens)
     agent_id: str = field(default_factory=socket.gethostname)
@@ -104,6 +107,8 @@ class Settings:
             proxy_port=_env_int("HAMI_PLACE_PROXY_PORT", cls.proxy_port, 0),
             tls_cert_file=_env_str("HAMI_PLACE_TLS_CERT_FILE", ""),
             tls_key_file=_env_str("HAMI_PLACE_TLS_KEY_FILE", ""),
+            webhook_client_ca_file=_env_str("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE", ""),
+            webhook_client_names=_env_list("HAMI_PLACE_WEBHOOK_CLIENT_NAMES", ""),
             kubeconfig=_env_str("HAMI_PLACE_KUBECONFIG", ""),
             token_file=_env_str("HAMI_PLACE_TOKEN_FILE", ""),
             agent_id=_env_str("HAMI_PLACE_AGENT_ID", "") or socket.gethostname(),
@@ -129,6 +134,10 @@ class Settings:
         )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):
             raise ConfigError("HAMI_PLACE_TLS_CERT_FILE and HAMI_PLACE_TLS_KEY_FILE must be set together")
+        if s.webhook_client_ca_file and not s.tls_cert_file:
+            raise ConfigError("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE needs TLS (HAMI_PLACE_TLS_CERT_FILE and _KEY_FILE)")
+        if s.webhook_client_names and not s.webhook_client_ca_file:
+            raise ConfigError("HAMI_PLACE_WEBHOOK_CLIENT_NAMES needs HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE")
         for term in (t for t in s.namespace_selector.split(",") if t.strip()):
             if term.count("=") != 1 or not all(x.strip() for x in term.split("=")):
                 raise ConfigError(f"HAMI_PLACE_NAMESPACE_SELECTOR term {term!r} must be key=value")

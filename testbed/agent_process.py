@@ -23,6 +23,7 @@ from typing import Any
 
 from hami_place_core.requests import HAMI_RESOURCES
 from testbed.certs import CertificateAuthority
+from testbed.cluster import WEBHOOK_CLIENT_CN
 from testbed.processes import Process, StartupError, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +40,13 @@ class AgentProcess:
         env: dict[str, str] | None = None,
         label: str = "single",
         host: str = "127.0.0.1",
+        webhook_client: tuple[Path, Path, Path] | None = None,
     ) -> None:
+        """`webhook_client` = (CA file, client certificate, client key): when given, the agent
+        accepts webhook calls only with a certificate from that CA (the test bed's API server
+        presents one), and `webhook_ssl_context()` presents the same pair, as the API server does."""
         self.label = label
+        self.webhook_client = webhook_client
         self.host = host
         self.workdir = workdir
         self.kubeconfig = kubeconfig
@@ -72,11 +78,26 @@ class AgentProcess:
             # Each agent set acts only on its own namespaces, as its webhooks do.
             "HAMI_PLACE_NAMESPACE_SELECTOR": f"hami-place-agent={self.label}",
             "PYTHONUNBUFFERED": "1",
+            **(
+                {
+                    "HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE": str(self.webhook_client[0]),
+                    "HAMI_PLACE_WEBHOOK_CLIENT_NAMES": WEBHOOK_CLIENT_CN,
+                }
+                if self.webhook_client
+                else {}
+            ),
             **self.extra_env,
         }
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.ca.cert_pem.decode())
+
+    def webhook_ssl_context(self) -> ssl.SSLContext:
+        """What the API server uses to call this agent's webhooks (its client pair, when enforced)."""
+        ctx = self.ssl_context()
+        if self.webhook_client:
+            ctx.load_cert_chain(str(self.webhook_client[1]), str(self.webhook_client[2]))
+        return ctx
 
     def get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
         req = urllib.request.Request(  # noqa: S310 - https only

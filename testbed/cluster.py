@@ -23,6 +23,7 @@ from testbed.gpu_nodes import NodeSpec, uniform_nodes
 from testbed.processes import Process, StartupError, free_port, http_ok, stop_pid, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
+WEBHOOK_CLIENT_CN = "kube-apiserver-webhook-client"
 POD_CIDR = "10.244.0.0/16"
 
 # Until the real HAMi scheduler extender joins the test bed, "hami-scheduler" is a plain
@@ -123,6 +124,52 @@ class TestBed:
             self.pki, "apiserver"
         )
         service_account_signer().write(self.pki, "sa")
+        # A fourth root: the certificate kube-apiserver presents to webhooks that ask for one
+        # (WebhookAdmission's kubeconfig), so agents can refuse reviews that do not come from it.
+        self.webhook_client_ca = CertificateAuthority("hami-place-testbed-webhook-client-ca")
+        self.webhook_client_ca_file.write_bytes(self.webhook_client_ca.cert_pem)
+        crt, key = self.webhook_client_ca.issue_client(WEBHOOK_CLIENT_CN).write(self.pki, "webhook-client")
+        kubeconfig = self.pki / "webhook-client.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    # "*": the credentials for every webhook host (kubernetes docs, "Authenticate
+                    # API servers"); webhooks that do not ask for a certificate never see it.
+                    "users": [{"name": "*", "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+                }
+            )
+        )
+        webhook = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "WebhookAdmissionConfiguration",
+            "kubeConfigFile": str(kubeconfig),
+        }
+        self.admission_config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "AdmissionConfiguration",
+                    "plugins": [
+                        {"name": "ValidatingAdmissionWebhook", "configuration": webhook},
+                        {"name": "MutatingAdmissionWebhook", "configuration": webhook},
+                    ],
+                }
+            )
+        )
+
+    @property
+    def webhook_client_ca_file(self) -> Path:
+        return self.pki / "webhook-client-ca.crt"
+
+    @property
+    def admission_config(self) -> Path:
+        return self.pki / "admission-config.yaml"
+
+    def webhook_client_pair(self) -> tuple[Path, Path]:
+        """The client certificate and key kube-apiserver presents to webhooks."""
+        return self.pki / "webhook-client.crt", self.pki / "webhook-client.key"
 
     def write_kubeconfig(self, path: Path, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig for `user` (client certificate signed by the test bed's client CA)."""
@@ -224,6 +271,7 @@ class TestBed:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=RBAC",
                 "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+                f"--admission-control-config-file={self.admission_config}",
                 "--allow-privileged=true",
                 # The lease reconciler would publish 127.0.0.1 as the kubernetes Service endpoint,
                 # which endpoint validation rejects (loopback) on every tick.

@@ -122,6 +122,9 @@ class AgentSet:
                 env=env,
                 label=label,
                 host=host,
+                # Every agent under test refuses webhook calls without the API server's client
+                # certificate, so every pin in these tests proves that path (agent/tls.py).
+                webhook_client=(testbed.webhook_client_ca_file, *testbed.webhook_client_pair()),
             )
             for i in range(replicas)
         ]

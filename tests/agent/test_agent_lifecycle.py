@@ -171,7 +171,7 @@ def test_rest_api_requires_a_token_and_rbac(api, agents, ans) -> None:
 
 def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents) -> None:
     a = agents.agent
-    ctx = a.ssl_context()
+    ctx = a.webhook_ssl_context()  # as the API server calls it: with its client certificate
     cases = [
         (b"not json", "AdmissionReview body is not JSON"),
         (b"[]", "AdmissionReview body must be a JSON object"),
@@ -219,10 +219,69 @@ def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents
             }
         ).encode(),
     )
-    with urllib.request.urlopen(
-        ok, timeout=5, context=ssl.create_default_context(cadata=agents.ca.cert_pem.decode())
-    ) as resp:
+    with urllib.request.urlopen(ok, timeout=5, context=a.webhook_ssl_context()) as resp:
         assert json.loads(resp.read())["response"] == {"uid": "abc", "allowed": True}
+
+
+def _pod_review(ns: str, app: str) -> bytes:
+    pod = {"apiVersion": "v1", "kind": "Pod", **_gpu_pod("forged", app)}
+    return json.dumps(
+        {
+            "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "request": {
+                "uid": "forged-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": ns,
+                "operation": "CREATE",
+                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+                "object": {**pod, "metadata": {**pod["metadata"], "namespace": ns}},
+            },
+        }
+    ).encode()
+
+
+def test_forged_reviews_without_the_api_servers_certificate_claim_nothing(api, testbed, agents) -> None:
+    """Anyone who can reach the agent's port could POST a pod review that claims a placement;
+    with HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE only the API server's client certificate is accepted."""
+    a, ns = agents.agent, agents.namespace("forged")
+    _create(api, ns, placement("bait", "bait-00001", {"app": "bait"}, testbed.nodes[1].name, ["gpu-3/10"]))
+    token = admin_token(api)
+
+    def phase() -> str:
+        return _phase(api, ns, "bait")
+
+    # the agent's cache holds it, so a forged review that got through would claim it
+    wait_for(
+        "the agent's cache to hold the placement",
+        lambda: b'"bait-00001"' in a.get(f"/api/v1/placements?namespace={ns}", token)[1],
+        20,
+    )
+    review = _pod_review(ns, "bait")
+    for path in ("/mutate", "/validate"):
+        req = urllib.request.Request(
+            a.url + path, data=review, method="POST", headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=5, context=a.ssl_context())  # TLS, but no client certificate
+        body = json.loads(e.value.read())
+        assert e.value.code == 401 and body["error"] == "Unauthenticated", body
+        assert "must present a client certificate signed by HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE" in body["message"]
+    # a certificate from another CA (the admin's, which the API server itself trusts) fails the handshake
+    wrong = a.ssl_context()
+    wrong.load_cert_chain(str(testbed.pki / "admin-client.crt"), str(testbed.pki / "admin-client.key"))
+    req = urllib.request.Request(a.url + "/mutate", data=review, method="POST")
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        urllib.request.urlopen(req, timeout=5, context=wrong)
+    time.sleep(1.5)  # a claim would have been written by now
+    assert phase() == "Pending"
+    # the REST API needs no client certificate: its callers present bearer tokens
+    assert a.get("/api/v1/placements", token)[0] == 200
+    # and the real path still works: the API server presents its certificate, the pod is pinned
+    pod = client.CoreV1Api(api).create_namespaced_pod(ns, _gpu_pod("bait-0", "bait"))
+    assert pod.metadata.annotations[hp.POD_REQ_ID] == "bait-00001"
+    wait_for("the placement claimed by the real pod", lambda: phase() in ("Claimed", "Bound"), 20)
 
 
 def test_restart_loses_nothing_and_consumes_nothing_twice(api, testbed, agent_set) -> None:

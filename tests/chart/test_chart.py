@@ -116,6 +116,7 @@ def test_contradictory_values_fail_the_render(testbed, tmp_path) -> None:
         ("--set", "replicaCount=0"): "minimum",
         ("--set", "webhook.mutating.failurePolicy=Sometimes"): "failurePolicy",
         ("--set", "agent.evictionQps=0"): "evictionQps",
+        ("--set", "webhook.clientAuth.enabled=true"): "caBundle",
     }
     for argv, message in cases.items():
         proc = helm(testbed, tmp_path, "template", RELEASE, str(CHART), *argv, check=False)
@@ -265,6 +266,19 @@ def test_custom_values_reach_the_objects(testbed, tmp_path) -> None:
     (m,) = by_kind(docs, "MutatingWebhookConfiguration")[0]["webhooks"]
     assert m["namespaceSelector"]["matchLabels"] == {"hami-place/enabled": "true"}
     assert m["namespaceSelector"]["matchExpressions"][1]["values"] == ["kube-system", "kube-public", "monitoring"]
+    # webhook client authentication: the CA as a ConfigMap, mounted where the env var points
+    assert env["HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE"] == "/etc/hami-place/webhook-client-ca/ca.crt"
+    assert env["HAMI_PLACE_WEBHOOK_CLIENT_NAMES"] == "kube-apiserver-webhook-client"
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-webhook-client-ca")]
+    assert cm["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----\n") and cm["data"]["ca.crt"].rstrip().endswith(
+        "-----END CERTIFICATE-----"
+    )
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-client-ca"]["configMap"]["name"] == cm["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts["webhook-client-ca"] == "/etc/hami-place/webhook-client-ca"
+    default = render(testbed, tmp_path, "kube-system")
+    assert not [d for d in by_kind(default, "ConfigMap") if d["metadata"]["name"].endswith("-webhook-client-ca")]
 
 
 def test_notes_warn_about_risky_settings(testbed, tmp_path) -> None:
@@ -274,6 +288,7 @@ def test_notes_warn_about_risky_settings(testbed, tmp_path) -> None:
 
     safe = notes()
     assert "kubectl get pods -n kube-system -l app=gpu-descheduler-webhook -w" in safe
+    assert "Webhook callers: not authenticated: anything that reaches port 8083" in safe
     assert "WARNING" not in safe
     risky = notes(
         "--set",

@@ -46,6 +46,23 @@ def fragmented(live: Live) -> Iterator[dict[str, Any]]:
                 extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
             )
             body["spec"]["template"]["spec"]["nodeSelector"] = label
+            # Left to itself kube-scheduler picks among these equal nodes at random, and some runs
+            # came out already packed. A *preferred* affinity makes its choice repeatable (nodes 0-3
+            # get two pods, 4-7 one) and, being only a preference, does not bind the planner.
+            body["spec"]["template"]["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "preference": {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [nodes[i % 8].name]}
+                                ]
+                            },
+                        }
+                    ]
+                }
+            }
             apps.create_namespaced_deployment(ns, body)
 
         def allocated() -> list[Any]:
@@ -120,7 +137,8 @@ def test_plan_then_defrag_apply_frees_exactly_the_planned_gpus(live: Live, fragm
     sel = fragmented["selector"]
     before = whole_free(live, sel)
     assert before == 8 * 4 - gpus_in_use(live, fragmented["ns"])
-    assert before <= 8 * 4 - PODS // 3 - 1  # scattered: fewer whole GPUs free than a packed layout
+    # scattered over 8 nodes (so at least 8 GPUs in use): far fewer whole GPUs free than packed
+    assert before <= 8 * 4 - 8
 
     dry = live.run("defrag", "-l", sel, "--max-moves", "8")
     assert dry.returncode == 0, dry.stderr

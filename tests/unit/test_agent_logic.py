@@ -158,6 +158,54 @@ def test_config_errors_name_the_variable(monkeypatch) -> None:
     monkeypatch.setenv("HAMI_PLACE_EXCLUDED_NAMESPACES", "kube-system, monitoring")
     s = Settings.from_env()
     assert s.leader_election and s.excluded_namespaces == ("kube-system", "monitoring")
+    monkeypatch.setenv("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE", "/ca.crt")
+    with pytest.raises(ConfigError, match="HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE needs TLS"):
+        Settings.from_env()
+    monkeypatch.delenv("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE")
+    monkeypatch.setenv("HAMI_PLACE_WEBHOOK_CLIENT_NAMES", "kube-apiserver")
+    with pytest.raises(ConfigError, match="HAMI_PLACE_WEBHOOK_CLIENT_NAMES needs HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE"):
+        Settings.from_env()
+
+
+def test_webhook_client_check_reads_the_verified_peer_subject() -> None:
+    from agent.errors import Unauthenticated
+    from agent.tls import require_webhook_client
+
+    class Ssl:
+        def __init__(self, cert: dict[str, Any] | None) -> None:
+            self.cert = cert
+
+        def getpeercert(self) -> dict[str, Any] | None:
+            return self.cert
+
+    class Transport:
+        def __init__(self, cert: dict[str, Any] | None) -> None:
+            self.ssl = Ssl(cert)
+
+        def get_extra_info(self, name: str) -> Any:
+            return self.ssl if name == "ssl_object" else None
+
+    apiserver = {"subject": ((("commonName", "kube-apiserver-webhook-client"),), (("organizationName", "k8s"),))}
+    other = {"subject": ((("commonName", "mallory"),),)}
+    off = Settings()
+    on = Settings(tls_cert_file="t", tls_key_file="k", webhook_client_ca_file="ca")
+    named = Settings(
+        tls_cert_file="t",
+        tls_key_file="k",
+        webhook_client_ca_file="ca",
+        webhook_client_names=("kube-apiserver-webhook-client",),
+    )
+    require_webhook_client(off, Transport(None))  # off: nothing asked
+    require_webhook_client(on, Transport(other))  # any certificate the CA verified
+    require_webhook_client(named, Transport(apiserver))
+    with pytest.raises(Unauthenticated, match="must present a client certificate"):
+        require_webhook_client(on, Transport(None))
+    with pytest.raises(Unauthenticated, match="must present a client certificate"):
+        require_webhook_client(on, Transport({}))  # TLS without a certificate: getpeercert() is {}
+    with pytest.raises(Unauthenticated, match="CN 'mallory' is not one of HAMI_PLACE_WEBHOOK_CLIENT_NAMES"):
+        require_webhook_client(named, Transport(other))
+    with pytest.raises(Unauthenticated):
+        require_webhook_client(on, None)  # plain HTTP
 
 
 class FakeKube:
@@ -328,3 +376,23 @@ def test_controller_passes_look_at_what_changed_and_at_expired_leases() -> None:
         assert ctl._due() == {"ns/old", "ns/later", "ns/mv"}
 
     asyncio.run(scenario())
+
+
+def test_webhook_client_ca_is_the_only_trust_root_for_client_certificates(tmp_path) -> None:
+    import ssl
+
+    from agent.tls import server_context
+    from testbed.certs import CertificateAuthority
+
+    crt, key = CertificateAuthority("serving").issue_server(["127.0.0.1"]).write(tmp_path, "tls")
+    client_ca = CertificateAuthority("apiserver-webhook-client-ca")
+    (tmp_path / "ca.crt").write_bytes(client_ca.cert_pem)
+    plain = server_context(Settings(tls_cert_file=str(crt), tls_key_file=str(key)))
+    assert plain is not None and plain.verify_mode == ssl.CERT_NONE and plain.get_ca_certs() == []
+    enforced = server_context(
+        Settings(tls_cert_file=str(crt), tls_key_file=str(key), webhook_client_ca_file=str(tmp_path / "ca.crt"))
+    )
+    assert enforced is not None and enforced.verify_mode == ssl.CERT_OPTIONAL
+    # exactly our CA: no system roots, whose public certificates would otherwise pass as the API server
+    assert [c["subject"] for c in enforced.get_ca_certs()] == [((("commonName", "apiserver-webhook-client-ca"),),)]
+    assert server_context(Settings()) is None
