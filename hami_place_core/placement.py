@@ -48,6 +48,9 @@ POD_PLACEMENT = f"{GROUP}/placement"
 POD_REQ_ID = f"{GROUP}/req-id"
 POD_CLAIM = f"{GROUP}/claim"
 POD_NODE = f"{GROUP}/node"
+# The pod's own nvidia.com/use-gpuuuid before a pin replaced it (set only when it had one), so the
+# planner can tell the workload's constraint, which its next pod carries again, from the pin.
+POD_ORIGINAL_USE_GPU_UUID = f"{GROUP}/original-use-gpuuuid"
 
 
 def placement_path(namespace: str, name: str | None = None, status: bool = False) -> str:
@@ -138,6 +141,9 @@ def pin_patch(
 
     annotations = meta.get("annotations")
     wanted = {ann.USE_GPU_UUID: ann.join_list(uuids), **link}
+    # Only on the first pin (no link annotation yet), so a reinvocation changes nothing.
+    if annotations and ann.USE_GPU_UUID in annotations and not any(k in annotations for k in link):
+        wanted[POD_ORIGINAL_USE_GPU_UUID] = annotations[ann.USE_GPU_UUID]
     if annotations is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": wanted})
     else:

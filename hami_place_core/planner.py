@@ -63,6 +63,7 @@ from hami_place_core.planner_constraints import (
     immovable_reason,
     node_refusal,
     node_schedulable,
+    replacement_state,
 )
 from hami_place_core.requests import DeviceSelectors, GpuRequest
 from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod
@@ -890,7 +891,7 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         raise ValueError("max_moves must be >= 0")
     started = time.perf_counter()
     mix = options.mix or mix_from_state(state)
-    engine = _Engine(state, options)
+    engine = _Engine(replacement_state(state), options)
     if options.objective == "free-gpus":
         moves = tuple(_free_gpus(engine, options))
     else:
@@ -959,7 +960,7 @@ def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions
     errors: list[str] = []
     if options.max_moves is not None and len(moves) > options.max_moves:
         errors.append(f"{len(moves)} moves, more than max_moves {options.max_moves}")
-    out = copy_state(state)
+    out = copy_state(replacement_state(state))
     used: dict[str, int] = dict(options.workload_moves_used)
     moved: set[str] = set()
     for i, m in enumerate(moves, start=1):

@@ -21,11 +21,13 @@ a node short of CPU, which the agent then reports as a replacement timeout).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami_place_core import annotations as ann
-from hami_place_core.state import NodeState, PodAllocation
+from hami_place_core.placement import POD_NODE, POD_ORIGINAL_USE_GPU_UUID, POD_PLACEMENT
+from hami_place_core.state import ClusterState, NodeState, PodAllocation
 
 # Controllers that recreate an evicted pod. Jobs are not moved: an evicted Job pod reruns its work
 # from the start (a rerun, not a move), as agent/validate.py refuses them; DaemonSets run one pod
@@ -173,3 +175,65 @@ def immovable_reason(
     if len(pod.per_gpu) != gpu[0].nums or any(slots != 1 for slots, _, _ in pod.per_gpu.values()):
         return "its allocation does not match its request"
     return None
+
+
+# ---- a pod as its controller will recreate it -------------------------------------------------------
+def _pin_term(node: str) -> dict[str, Any]:
+    # the exact expression hami_place_core.placement.pin_patch ANDs into every term
+    return {"key": "metadata.name", "operator": "In", "values": [node]}
+
+
+def _without_pin(affinity: Mapping[str, Any], node: str) -> Mapping[str, Any]:
+    terms = required_terms(affinity)
+    pin = _pin_term(node)
+    if terms is None or not any(pin in (t.get("matchFields") or ()) for t in terms):
+        return affinity
+    kept = []
+    for t in terms:
+        fields = [f for f in t.get("matchFields") or () if f != pin]
+        term = {k: v for k, v in t.items() if k != "matchFields"}
+        if fields:
+            term["matchFields"] = fields
+        if term.get("matchExpressions") or term.get("matchFields"):
+            kept.append(term)  # a term left empty was the pin's own (an empty term matches no node)
+    node_aff = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    if kept:
+        required["nodeSelectorTerms"] = kept
+        node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    else:
+        node_aff.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+    out = {k: v for k, v in affinity.items() if k != "nodeAffinity"}
+    if node_aff:
+        out["nodeAffinity"] = node_aff
+    return out
+
+
+def as_replacement(pod: PodAllocation) -> PodAllocation:
+    """The pod as its controller's template makes it again: without a placement's pin.
+
+    A pod that a HamiPodPlacement pinned carries the pin (required affinity to the node, and
+    ``nvidia.com/use-gpuuuid``) only on itself; its replacement is built from the template and gets
+    whatever new pin the next placement gives it. Planning with the pin would keep every pod that
+    hami-place ever moved where it is. The pod's own earlier use-gpuuuid, if it had one, is restored
+    from the annotation pin_patch keeps (POD_ORIGINAL_USE_GPU_UUID).
+    """
+    node = pod.annotations.get(POD_NODE)
+    if not node or POD_PLACEMENT not in pod.annotations:
+        return pod
+    original = ann.split_list(pod.annotations.get(POD_ORIGINAL_USE_GPU_UUID))
+    selectors = dataclasses.replace(pod.request.selectors, use_uuids=original)
+    return dataclasses.replace(
+        pod,
+        affinity=_without_pin(pod.affinity, node),
+        request=dataclasses.replace(pod.request, selectors=selectors),
+    )
+
+
+def replacement_state(state: ClusterState) -> ClusterState:
+    """`state` with every pinned pod seen as its replacement (a shallow copy; `state` is untouched)."""
+    pods = {k: as_replacement(a) for k, a in state.pods.items()}
+    if all(pods[k] is a for k, a in state.pods.items()):
+        return state
+    return dataclasses.replace(state, pods=pods)
+

@@ -420,3 +420,81 @@ def test_the_shipped_example_plans_fast_and_valid() -> None:
     assert not check_moves(s, list(p.moves))
     assert p.gpus_freed == len({f for m in p.moves for f in m.frees})
     assert p.immovable == ()
+
+
+def _pinned(manifest: dict[str, Any], node_name: str, gpus: tuple[int, ...]) -> dict[str, Any]:
+    """`manifest` as the agent's mutation leaves it: pin_patch applied (the real JSONPatch ops)."""
+    import copy
+
+    from hami_place_core import placement as hp
+    from hami_place_core.targets import parse_targets
+
+    out = copy.deepcopy(manifest)
+    link = {hp.POD_PLACEMENT: "p", hp.POD_REQ_ID: "req-1", hp.POD_CLAIM: "c", hp.POD_NODE: node_name}
+    ops = hp.pin_patch(
+        out, node_name, [gpu_uuid(node_name, i) for i in gpus], parse_targets([f"gpu-{i}" for i in gpus]), link
+    )
+    for op in ops:  # "add" on a path: set the value there (what the API server does for these ops)
+        *parents, leaf = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = out
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[leaf] = op["value"]
+    assert (
+        ops
+        and hp.pin_patch(
+            out, node_name, [gpu_uuid(node_name, i) for i in gpus], parse_targets([f"gpu-{i}" for i in gpus]), link
+        )
+        == []
+    )  # idempotent once applied
+    return out
+
+
+def test_a_pod_a_placement_pinned_can_be_moved_again() -> None:
+    """The pin lives on the pod, not on its template: a pod hami-place moved before (required
+    affinity to its node, use-gpuuuid of its GPU) is planned as its replacement will be."""
+    b = _pinned(pod("b", "n1", (1,), 30), "n1", (1,))
+    terms = b["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    s = state_of([node("n1", 2), node("n2", 2)], [pod("a", "n2", (0,), 40), b])
+    p = plan(s)
+    assert [(m.pod, m.to_node, m.to_gpus) for m in p.moves] == [("ns/b", "n2", (0,))]  # off its pinned node
+    assert not check_moves(s, list(p.moves))
+    # the workload's own constraints stay: a use-gpuuuid it had before the pin, and its own affinity
+    own = pod(
+        "c",
+        "n1",
+        (1,),
+        30,
+        annotations={ann.USE_GPU_UUID: gpu_uuid("n1", 1)},
+        spec={
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+                        ]
+                    }
+                }
+            }
+        },
+    )
+    c = _pinned(own, "n1", (1,))
+    from hami_place_core import placement as hp
+
+    assert c["metadata"]["annotations"][hp.POD_ORIGINAL_USE_GPU_UUID] == gpu_uuid("n1", 1)
+    s2 = state_of(
+        [node("n1", 2, labels={"pool": "a"}), node("n2", 2, labels={"pool": "a"})], [pod("a", "n2", (0,), 40), c]
+    )
+    # still held to GPU 1 of n1 by its own use-gpuuuid: a comes to it instead
+    assert [(m.pod, m.to_node, m.to_gpus) for m in plan(s2).moves] == [("ns/a", "n1", (1,))]
+    without = {k: v for k, v in own["metadata"]["annotations"].items() if k != ann.USE_GPU_UUID}
+    c2 = _pinned({**own, "metadata": {**own["metadata"], "annotations": without}}, "n1", (1,))
+    assert hp.POD_ORIGINAL_USE_GPU_UUID not in c2["metadata"]["annotations"]
+    s3 = state_of([node("n1", 2, labels={"pool": "a"}), node("n2", 2)], [pod("a", "n2", (0,), 40), c2])
+    # its own affinity (pool=a) keeps it off n2, the pin aside: a comes to it instead
+    assert [(m.pod, m.to_node) for m in plan(s3).moves] == [("ns/a", "n1")]
+    s4 = state_of(
+        [node("n1", 2, labels={"pool": "a"}), node("n2", 2, labels={"pool": "a"})], [pod("a", "n2", (0,), 40), c2]
+    )
+    assert [(m.pod, m.to_node) for m in plan(s4).moves] == [("ns/c", "n2")]
