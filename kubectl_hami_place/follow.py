@@ -24,6 +24,7 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 
 SSE_SILENCE_SECONDS = 20.0  # the agent sends a keep-alive every 15 s
+CACHE_GRACE_SECONDS = 3.0  # how long a just-created placement may take to reach the agent's cache
 WATCH_SECONDS = 300
 
 
@@ -224,7 +225,7 @@ def follow(
         left = remaining()
         silence = SSE_SILENCE_SECONDS if left is None else max(0.5, min(SSE_SILENCE_SECONDS, left))
         try:
-            done = run(_sse_views(kube, agent, namespace, name, silence))
+            done = run(_sse_views_when_cached(kube, agent, namespace, name, silence))
             if done is not None:
                 return done
         except (kube_errors.KubeError, ValueError) as e:
@@ -244,6 +245,22 @@ def follow(
             return done
     where = describe(last) if last else "unknown"
     raise FollowTimeout(f"timed out after {timeout:g}s; placement {namespace}/{name} is still {where}", last)
+
+
+def _sse_views_when_cached(
+    kube: Kube, agent: AgentRef, namespace: str, name: str, silence: float, grace: float = CACHE_GRACE_SECONDS
+) -> Iterator[dict[str, Any]]:
+    """The agent's stream; a placement created a moment ago may not be in its watch cache yet, and
+    the agent answers 404 for it until it is. Only that 404 is retried (a missing Service is not)."""
+    give_up = time.monotonic() + grace
+    while True:
+        try:
+            yield from _sse_views(kube, agent, namespace, name, silence)
+            return
+        except kube_errors.NotFound as e:
+            if not e.message.startswith("placement ") or time.monotonic() >= give_up:
+                raise
+            time.sleep(0.2)
 
 
 def _short(e: Exception) -> str:

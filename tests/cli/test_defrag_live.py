@@ -34,7 +34,7 @@ PODS = 12  # 30% slices: up to 3 fit on one GPU
 def fragmented(live: Live) -> Iterator[dict[str, Any]]:
     api, ns = live.api, live.agents.namespace("defrag")
     label = {"defrag-pool": ns}
-    nodes = [NodeSpec(f"{ns[:48]}-n{i}", gpus=4, labels=label) for i in range(8)]
+    nodes = [NodeSpec(f"{ns[:48]}-n{i}", gpus=4, labels={**label, "defrag-slot": str(i)}) for i in range(8)]
     live.testbed.add_nodes(nodes)
     standin = AllocationStandIn(api, {ns}, choose_gpus=True).start()
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
@@ -55,9 +55,7 @@ def fragmented(live: Live) -> Iterator[dict[str, Any]]:
                         {
                             "weight": 100,
                             "preference": {
-                                "matchFields": [
-                                    {"key": "metadata.name", "operator": "In", "values": [nodes[i % 8].name]}
-                                ]
+                                "matchExpressions": [{"key": "defrag-slot", "operator": "In", "values": [str(i % 8)]}]
                             },
                         }
                     ]
@@ -138,7 +136,10 @@ def test_plan_then_defrag_apply_frees_exactly_the_planned_gpus(live: Live, fragm
     before = whole_free(live, sel)
     assert before == 8 * 4 - gpus_in_use(live, fragmented["ns"])
     # scattered over 8 nodes (so at least 8 GPUs in use): far fewer whole GPUs free than packed
-    assert before <= 8 * 4 - 8
+    layout = sorted(
+        (p.spec.node_name, p.metadata.name) for p in running_pods(client.CoreV1Api(live.api), fragmented["ns"], "app")
+    )
+    assert before <= 8 * 4 - 8, layout
 
     dry = live.run("defrag", "-l", sel, "--max-moves", "8")
     assert dry.returncode == 0, dry.stderr

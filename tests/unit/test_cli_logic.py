@@ -185,3 +185,30 @@ def test_reporter_on_a_tty_draws_a_spinner_line_and_clears_it() -> None:
     assert "WaitingForPod (Evicted): evicted; waiting\n" in text  # the permanent line
     assert any(f"\r\x1b[K{frame} WaitingForPod" in text for frame in Reporter.SPINNER)  # redrawn in place
     assert text.endswith("\r\x1b[K")  # nothing left on the terminal line after exit
+
+
+def test_progress_stream_waits_for_the_agents_cache_but_not_for_a_missing_service() -> None:
+    from hami_place_core import kube_errors
+    from kubectl_hami_place.follow import AgentRef, _sse_views_when_cached
+
+    class FakeKube:
+        def __init__(self, errors: list[Exception]) -> None:
+            self.errors, self.calls = errors, 0
+
+        def stream(self, path: str, read_timeout: float) -> Any:
+            self.calls += 1
+            if self.errors:
+                raise self.errors.pop(0)
+            return iter([b"event: placement", b'data: {"phase": "Completed"}', b""])
+
+    lagging = FakeKube([kube_errors.NotFound("placement ns/p not found", status=404)] * 2)
+    views = list(_sse_views_when_cached(lagging, AgentRef(), "ns", "p", 1.0))  # type: ignore[arg-type]
+    assert views == [{"phase": "Completed"}] and lagging.calls == 3
+    missing = FakeKube([kube_errors.NotFound('services "gpu-descheduler-webhook" not found', status=404)])
+    with pytest.raises(kube_errors.NotFound, match="services"):
+        list(_sse_views_when_cached(missing, AgentRef(), "ns", "p", 1.0))  # type: ignore[arg-type]
+    assert missing.calls == 1
+    never = FakeKube([kube_errors.NotFound("placement ns/p not found", status=404)] * 100)
+    with pytest.raises(kube_errors.NotFound, match="placement"):
+        list(_sse_views_when_cached(never, AgentRef(), "ns", "p", 1.0, grace=0.5))  # type: ignore[arg-type]
+    assert 2 <= never.calls <= 5
