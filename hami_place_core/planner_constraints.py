@@ -236,4 +236,3 @@ def replacement_state(state: ClusterState) -> ClusterState:
     if all(pods[k] is a for k, a in state.pods.items()):
         return state
     return dataclasses.replace(state, pods=pods)
-
