@@ -113,7 +113,8 @@ def webhooks_bp() -> Blueprint:
         # Through the service proxy anyone with services/proxy `create` could POST reviews.
         if via_proxy_port(request):
             raise NotFound(f"{request.path} is not served on the read-only proxy port")
-        require_webhook_client(request.app.ctx.settings, request.transport)
+        info = request.conn_info
+        require_webhook_client(request.app.ctx.settings, request.transport, info.ctx if info is not None else None)
 
     # The answers are encoded once, by orjson, and sent as they are (r.json would encode again).
     @bp.post("/mutate")

@@ -44,18 +44,32 @@ def peer_subject(transport: Any) -> dict[str, str] | None:
     return {key: value for rdn in cert.get("subject", ()) for key, value in rdn}
 
 
-def require_webhook_client(settings: Settings, transport: Any) -> None:
-    """Raise Unauthenticated (401) unless the caller is the API server, when that is enforced."""
+def require_webhook_client(settings: Settings, transport: Any, conn_ctx: Any = None) -> None:
+    """Raise Unauthenticated (401) unless the caller is the API server, when that is enforced.
+
+    The certificate belongs to the TLS connection, so the verdict is kept in the connection's
+    context (`conn_ctx`, Sanic's ConnInfo.ctx) and the webhook hot path decodes it once per
+    connection, not once per review."""
     if not settings.webhook_client_ca_file:
         return
+    verdict = getattr(conn_ctx, "webhook_client_verdict", None)
+    if verdict is None:
+        verdict = _verdict(settings, transport)
+        if conn_ctx is not None:
+            conn_ctx.webhook_client_verdict = verdict
+    if verdict:
+        raise Unauthenticated(verdict)
+
+
+def _verdict(settings: Settings, transport: Any) -> str:
+    """Why this connection may not call the webhooks; empty when it may."""
     subject = peer_subject(transport)
     if subject is None:
-        raise Unauthenticated(
+        return (
             "webhook calls must present a client certificate signed by HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE "
             "(the API server's WebhookAdmission kubeconfig; docs/security.md)"
         )
     names = settings.webhook_client_names
     if names and subject.get("commonName", "") not in names:
-        raise Unauthenticated(
-            f"client certificate CN {subject.get('commonName', '')!r} is not one of HAMI_PLACE_WEBHOOK_CLIENT_NAMES"
-        )
+        return f"client certificate CN {subject.get('commonName', '')!r} is not one of HAMI_PLACE_WEBHOOK_CLIENT_NAMES"
+    return ""

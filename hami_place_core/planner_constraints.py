@@ -232,7 +232,5 @@ def as_replacement(pod: PodAllocation) -> PodAllocation:
 
 def replacement_state(state: ClusterState) -> ClusterState:
     """`state` with every pinned pod seen as its replacement (a shallow copy; `state` is untouched)."""
-    pods = {k: as_replacement(a) for k, a in state.pods.items()}
-    if all(pods[k] is a for k, a in state.pods.items()):
-        return state
-    return dataclasses.replace(state, pods=pods)
+    changed = {k: r for k, a in state.pods.items() if (r := as_replacement(a)) is not a}
+    return dataclasses.replace(state, pods={**state.pods, **changed}) if changed else state

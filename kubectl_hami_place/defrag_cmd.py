@@ -9,40 +9,28 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import Duration, agent_options, kube_options, selector_option
+from kubectl_hami_place.options import (
+    Duration,
+    agent_options,
+    eviction_timeout_option,
+    kube_options,
+    planner_options,
+    selector_option,
+)
 
 DEFAULT_MAX_MOVES = 10
 
 
 @click.command()
 @click.option("--apply", "do_apply", is_flag=True, help="Execute the moves (without it: print the plan only).")
-@click.option(
-    "--objective",
-    type=click.Choice(["free-gpus", "fragmentation"]),
-    default="free-gpus",
-    show_default=True,
-    help="Free whole GPUs, or lower FGD fragmentation for the current workload mix.",
-)
+@planner_options
 @click.option(
     "--max-moves",
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_MOVES,
     show_default=True,
+    metavar="N",
     help="Stop after this many.",
-)
-@click.option(
-    "--exclude-namespace",
-    "excluded",
-    multiple=True,
-    metavar="NS",
-    help="Never move pods of this namespace (repeatable; kube-system always).",
-)
-@click.option(
-    "--max-moves-per-workload",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Disruptions per workload in one run (PDBs are respected on top, by the agent).",
 )
 @click.option(
     "--timeout",
@@ -52,12 +40,7 @@ DEFAULT_MAX_MOVES = 10
     metavar="DURATION",
     help="Per move: stop following after this long (exit 1; the placement stays).",
 )
-@click.option(
-    "--eviction-timeout",
-    type=Duration(),
-    metavar="DURATION",
-    help="Per move: fail it (and stop) if PDBs keep blocking its eviction this long (agent default 5m).",
-)
+@eviction_timeout_option("Per move: fail it (and stop) if PDBs block its eviction this long (agent default 5m).")
 @selector_option("Only nodes with these labels: defragment one node pool (e.g. -l pool=a100).")
 @agent_options
 @kube_options
@@ -77,6 +60,8 @@ def defrag(
       kubectl hami-place defrag --apply --max-moves 5
       kubectl hami-place defrag --apply --objective fragmentation --exclude-namespace prod
     """
+    from dataclasses import replace
+
     from hami_place_core import placement as hp
     from hami_place_core.planner import PlanOptions, plan
     from kubectl_hami_place.inspect_cmd import live_state
@@ -90,7 +75,7 @@ def defrag(
         excluded_namespaces=frozenset({"kube-system", *excluded}),
         max_moves_per_workload=kw["max_moves_per_workload"],
     )
-    start = plan(live_state(kube, selector), _with(base, max_moves=max_moves))
+    start = plan(live_state(kube, selector), replace(base, max_moves=max_moves))
     click.echo(
         f"plan ({objective}): {len(start.moves)} moves; whole GPUs free {start.before.whole_free} -> "
         f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"
@@ -105,7 +90,7 @@ def defrag(
     try:
         while done < max_moves:
             current = plan(
-                live_state(kube, selector), _with(base, max_moves=max_moves - done, workload_moves_used=dict(used))
+                live_state(kube, selector), replace(base, max_moves=max_moves - done, workload_moves_used=dict(used))
             )
             if not current.moves:
                 break
@@ -116,10 +101,10 @@ def defrag(
             req_id = hp.new_req_id()
             name = hp.placement_name(f"defrag-{m.name}", req_id)
             gpus = tuple(m.gpu_devices)
-            manifest = placement_manifest(m.namespace, name, req_id, wl.selector, m.to_node, gpus, m.name)
+            manifest = placement_manifest(
+                m.namespace, name, req_id, wl.selector, m.to_node, gpus, m.name, kw["eviction_timeout"]
+            )
             manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
-            if kw.get("eviction_timeout"):
-                manifest["spec"]["timeouts"] = {"evictionSeconds": max(1, round(kw["eviction_timeout"]))}
             create_placement(kube, manifest, None)
             follow_placement(kube, m.namespace, name, kw, kw["timeout"])
             used[m.workload or m.pod] += 1
@@ -128,12 +113,6 @@ def defrag(
         _summary(kube, start, done, selector)
         raise UserError(f"defrag stopped at move {done + 1}: {e}") from e
     _summary(kube, start, done, selector)
-
-
-def _with(options: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-
-    return replace(options, **changes)
 
 
 def _describe(m: Any) -> str:

@@ -134,3 +134,40 @@ def agent_options(fn: F) -> F:
 
 def watch_option(help_text: str) -> Callable[[F], F]:
     return click.option("-w", "--watch", is_flag=True, help=help_text)
+
+
+def planner_options(fn: F) -> F:
+    """--objective, --max-moves-per-workload and --exclude-namespace: the planner's choices, shared by
+    `plan` and `defrag` so that both plan alike."""
+    decorators = [
+        click.option(
+            "--objective",
+            type=click.Choice(["free-gpus", "fragmentation"]),
+            default="free-gpus",
+            show_default=True,
+            help="Free as many whole GPUs as possible, or lower FGD fragmentation for the current workload mix; "
+            "either with as few moves as possible.",
+        ),
+        click.option(
+            "--max-moves-per-workload",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            metavar="N",
+            help="Disruption budget: moves per workload (controller); the agent still honours PDBs.",
+        ),
+        click.option(
+            "--exclude-namespace",
+            "excluded",
+            multiple=True,
+            metavar="NS",
+            help="Never move pods of this namespace (repeatable; kube-system always).",
+        ),
+    ]
+    for d in reversed(decorators):
+        fn = d(fn)
+    return fn
+
+
+def eviction_timeout_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--eviction-timeout", type=Duration(), metavar="DURATION", help=help_text)

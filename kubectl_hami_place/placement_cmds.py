@@ -16,6 +16,7 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import (
     Duration,
     agent_options,
+    eviction_timeout_option,
     kube_options,
     output_option,
     selector_option,
@@ -165,15 +166,25 @@ def pin(workload: str | None, selector: str | None, node: str, gpus: tuple[str, 
 
 
 def placement_manifest(
-    ns: str, name: str, req_id: str, selector: dict[str, Any], node: str, gpus: tuple[str, ...], evict: str | None
+    ns: str,
+    name: str,
+    req_id: str,
+    selector: dict[str, Any],
+    node: str,
+    gpus: tuple[str, ...],
+    evict: str | None,
+    eviction_timeout: float | None = None,
 ) -> dict[str, Any]:
     from hami_place_core import placement as hp
     from hami_place_core.targets import TargetError
 
     try:
-        return hp.new_placement(ns, name, req_id, selector, node, list(gpus), evict)
+        manifest = hp.new_placement(ns, name, req_id, selector, node, list(gpus), evict)
     except TargetError as e:
         raise UserError(str(e)) from e
+    if evict and eviction_timeout:
+        manifest["spec"]["timeouts"] = {"evictionSeconds": max(1, round(eviction_timeout))}
+    return manifest
 
 
 def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bool, kw: dict[str, Any]) -> None:
@@ -194,9 +205,9 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     target = _check_target(kube, node, gpus)
     req_id = kw["req_id"] or hp.new_req_id()
     name = kw["placement_name"] or hp.placement_name(wl.stem, req_id)
-    manifest = placement_manifest(ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None)
-    if evict and kw.get("eviction_timeout"):
-        manifest["spec"]["timeouts"] = {"evictionSeconds": max(1, round(kw["eviction_timeout"]))}
+    manifest = placement_manifest(
+        ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None, kw.get("eviction_timeout")
+    )
     dry_run = None if kw["dry_run"] == "none" else kw["dry_run"]
     obj = manifest if dry_run == "client" else create_placement(kube, manifest, dry_run)
     if evict:
@@ -242,12 +253,7 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
     help="Stop following after this long (exit 1); the placement stays and can be followed with status -w.",
 )
 @click.option("--no-wait", is_flag=True, help="Create the placement and return; follow later with status -w.")
-@click.option(
-    "--eviction-timeout",
-    type=Duration(),
-    metavar="DURATION",
-    help="Fail the move if PDBs keep blocking the eviction this long (agent default 5m).",
-)
+@eviction_timeout_option("Fail the move if PDBs keep blocking the eviction this long (agent default 5m).")
 @_name_options
 @_dry_run_option
 @output_option
@@ -284,12 +290,7 @@ def move(pod: str, node: str, gpus: tuple[str, ...], evict: bool, no_wait: bool,
     help="Stop following after this long (exit 1); the placement stays and can be followed with status -w.",
 )
 @click.option("--no-wait", is_flag=True, help="Create the placement and return; follow later with status -w.")
-@click.option(
-    "--eviction-timeout",
-    type=Duration(),
-    metavar="DURATION",
-    help="Fail the move if PDBs keep blocking the eviction this long (agent default 5m).",
-)
+@eviction_timeout_option("Fail the move if PDBs keep blocking the eviction this long (agent default 5m).")
 @_name_options
 @_dry_run_option
 @output_option

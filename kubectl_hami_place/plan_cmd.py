@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import kube_options, selector_option
+from kubectl_hami_place.options import kube_options, planner_options, selector_option
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
 CREATED_BY = "kubectl-hami-place-plan"
@@ -22,24 +22,9 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
 
 
 @click.command()
-@click.option(
-    "--objective",
-    type=click.Choice(["free-gpus", "fragmentation"]),
-    default="free-gpus",
-    show_default=True,
-    help="Free as many whole GPUs as possible, or lower FGD fragmentation for the current workload mix; "
-    "either with as few moves as possible.",
-)
+@planner_options
 @click.option(
     "--max-moves", type=click.IntRange(min=0), metavar="N", help="At most N moves in all (default: no limit)."
-)
-@click.option(
-    "--max-moves-per-workload",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    metavar="N",
-    help="Disruption budget: moves per workload (controller) in the plan.",
 )
 @click.option(
     "--max-moves-per-gpu",
@@ -48,13 +33,6 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
     show_default=True,
     metavar="N",
     help="Free a GPU only if it takes at most N moves (its pods plus those moved to make room).",
-)
-@click.option(
-    "--exclude-namespace",
-    "excluded",
-    multiple=True,
-    metavar="NS",
-    help="Never move pods of this namespace (repeatable; kube-system always).",
 )
 @click.option(
     "-o",

@@ -206,6 +206,17 @@ def test_webhook_client_check_reads_the_verified_peer_subject() -> None:
         require_webhook_client(named, Transport(other))
     with pytest.raises(Unauthenticated):
         require_webhook_client(on, None)  # plain HTTP
+    # the verdict belongs to the connection: decoded once, then read from its context
+    from types import SimpleNamespace
+
+    conn = SimpleNamespace()
+    require_webhook_client(named, Transport(apiserver), conn)
+    require_webhook_client(named, Transport(other), conn)  # same connection: the first verdict holds
+    assert conn.webhook_client_verdict == ""
+    refused = SimpleNamespace()
+    for _ in range(2):
+        with pytest.raises(Unauthenticated, match="mallory"):
+            require_webhook_client(named, Transport(other), refused)
 
 
 class FakeKube:
@@ -396,3 +407,23 @@ def test_webhook_client_ca_is_the_only_trust_root_for_client_certificates(tmp_pa
     # exactly our CA: no system roots, whose public certificates would otherwise pass as the API server
     assert [c["subject"] for c in enforced.get_ca_certs()] == [((("commonName", "apiserver-webhook-client-ca"),),)]
     assert server_context(Settings()) is None
+
+
+def test_agent_exits_2_with_the_reason_when_the_webhook_client_ca_cannot_be_read(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from testbed.certs import CertificateAuthority
+
+    crt, key = CertificateAuthority("serving").issue_server(["127.0.0.1"]).write(tmp_path, "tls")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HAMI_PLACE_TLS_CERT_FILE": str(crt),
+        "HAMI_PLACE_TLS_KEY_FILE": str(key),
+        "HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE": str(tmp_path / "missing-ca.crt"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("hami-place agent: cannot load TLS files:") and "No such file" in proc.stderr
