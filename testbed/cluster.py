@@ -25,6 +25,8 @@ from testbed.processes import Process, StartupError, free_port, http_ok, stop_pi
 SERVICE_CIDR = "10.0.0.0/24"
 WEBHOOK_CLIENT_CN = "kube-apiserver-webhook-client"
 POD_CIDR = "10.244.0.0/16"
+# Taints the node lifecycle controller sets and lifts on its own (k8s.io/api/core/v1 well_known_taints.go).
+_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 # Until the real HAMi scheduler extender joins the test bed, "hami-scheduler" is a plain
 # kube-scheduler profile: it honours affinity, taints and extended resources, but does no
@@ -385,7 +387,12 @@ class TestBed:
         while pending:
             for node in core.list_node().items:
                 conditions = (node.status.conditions if node.status else None) or []
-                if node.metadata and any(c.type == "Ready" and c.status == "True" for c in conditions):
+                # Ready is not schedulable yet: the node lifecycle controller lifts the
+                # not-ready NoSchedule taint (added at creation) a few seconds later, and pods
+                # created in between all land on whichever node lost it first.
+                lifecycle = [t for t in (node.spec.taints or []) if t.key in _LIFECYCLE_TAINTS]
+                ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+                if node.metadata and ready and not lifecycle:
                     pending.discard(node.metadata.name)
             if not pending:
                 return
