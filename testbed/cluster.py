@@ -390,7 +390,7 @@ class TestBed:
                 # Ready is not schedulable yet: the node lifecycle controller lifts the
                 # not-ready NoSchedule taint (added at creation) a few seconds later, and pods
                 # created in between all land on whichever node lost it first.
-                lifecycle = [t for t in (node.spec.taints or []) if t.key in _LIFECYCLE_TAINTS]
+                lifecycle = [t for t in ((node.spec.taints if node.spec else None) or []) if t.key in _LIFECYCLE_TAINTS]
                 ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
                 if node.metadata and ready and not lifecycle:
                     pending.discard(node.metadata.name)
