@@ -21,7 +21,7 @@ from hami_place_core import annotations as ann
 from hami_place_core import kube_errors
 from hami_place_core import placement as hp
 from hami_place_core.placement import Placement
-from hami_place_core.state import ClusterState, delete_node, remove_pod, upsert_node, upsert_pod
+from hami_place_core.state import ClusterState, delete_node, delete_pod, upsert_node, upsert_pod
 
 log = logging.getLogger("hami_place.agent.cache")
 
@@ -55,9 +55,13 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             "containers": [
                 {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("containers") or ()
             ],
+            # restartPolicy marks sidecars, whose requests kube-scheduler adds to the pod's
             "initContainers": [
-                {"name": c.get("name"), "resources": c.get("resources") or {}} for c in spec.get("initContainers") or ()
+                {"name": c.get("name"), "resources": c.get("resources") or {}, "restartPolicy": c.get("restartPolicy")}
+                for c in spec.get("initContainers") or ()
             ],
+            "overhead": spec.get("overhead"),
+            "resources": spec.get("resources"),
         },
         "status": {
             "phase": (pod.get("status") or {}).get("phase"),
@@ -215,7 +219,7 @@ class ClusterCache:
         key = _key(obj)
         claim = ((obj.get("metadata") or {}).get("annotations") or {}).get(hp.POD_CLAIM)
         if kind == "DELETED":
-            remove_pod(self.state, key)
+            delete_pod(self.state, key)
             if claim and self.pods_by_claim.get(claim) == key:
                 del self.pods_by_claim[claim]
         else:

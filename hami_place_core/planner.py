@@ -56,6 +56,7 @@ from hami_place_core.fragmentation import (
     free_share,
     mix_from_state,
 )
+from hami_place_core.node_resources import ZERO, Resources
 from hami_place_core.planner_constraints import (
     DEFAULT_EXCLUDED_NAMESPACES,
     SCHEDULING_EFFECTS,
@@ -66,7 +67,7 @@ from hami_place_core.planner_constraints import (
     replacement_state,
 )
 from hami_place_core.requests import DeviceSelectors, GpuRequest
-from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod
+from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod, set_pod_requests
 
 Objective = Literal["free-gpus", "fragmentation"]
 OBJECTIVES: tuple[Objective, ...] = ("free-gpus", "fragmentation")
@@ -184,6 +185,7 @@ MAX_DEPTH = 3
 EJECT_SCAN = 1000
 EJECT_GROUP = 2
 
+_UNLIMITED = 1 << 62  # the room of a node that states no allocatable
 _Entry = tuple[int, int, int]  # (not locked, -pods, gid): the order of GPUs within a free-compute level
 _Record = tuple[int, tuple[int, ...], list[int], int]  # undo: pod, GPUs before, GPUs it locked, event before
 _Step = tuple[int, tuple[int, ...]]  # pod, target GPUs
@@ -268,6 +270,16 @@ class _Engine:
             for g in gids:
                 self.g_pods[g].append(pid)
         self.immovable = tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        # Room for CPU, memory and pod slots (kube-scheduler's NodeResourcesFit) on nodes that state
+        # their allocatable, kept for the pods' current places like the GPU usage.
+        self.n_free: dict[str, Resources] = {}
+        for name in state.nodes:
+            free = state.free_resources(name)
+            if free is not None:
+                self.n_free[name] = free
+        self.p_res: list[Resources] = [
+            r[1] if (r := state.pod_requests.get(a.key)) is not None else ZERO for a in self.p_alloc
+        ]
         self.g_sizes: list[list[int]] = [[] for _ in self.g_dev]  # compute of the pods on each GPU, largest first
         for g in range(len(self.g_dev)):
             self._sizes(g)
@@ -297,10 +309,18 @@ class _Engine:
         self.buckets: dict[int, list[_Entry]] = {}
         self.levels: list[int] = []  # the free-compute levels that have GPUs, ascending
         self.g_entry: list[tuple[int, _Entry] | None] = [None] * len(self.g_dev)
+        # Per level, the (CPU, memory) room of its GPUs' nodes as a Pareto front: at least as much
+        # as any of them has (raised when a node gains room or a GPU joins, made exact by a scan
+        # that finds nothing). A pod that no point of it covers skips the level without looking at
+        # its GPUs. On busy clusters most searches fail for want of node CPU or memory, and each
+        # used to scan every GPU in use.
+        self.level_room: dict[int, list[tuple[int, int]]] = {}
         for g in range(len(self.g_dev)):
             self._index(g)
         self.evacuated: list[int] = []  # GPUs emptied, in order
         self._cap = self._work = self._base = 0
+        self.scanned = 0  # GPUs the ejection scans looked at, over the whole plan
+        self.scan_limit: int | None = None
 
     # -- indexing --
     def _free(self, g: int) -> int:
@@ -327,6 +347,20 @@ class _Engine:
                 bisect.insort(self.levels, level)
             bisect.insort(self.buckets[level], entry)
             self.g_entry[g] = (level, entry)
+            self._raise_room(level, self.g_node[g])
+
+    def _node_room(self, node: str) -> tuple[int, int]:
+        room = self.n_free.get(node)
+        return (_UNLIMITED, _UNLIMITED) if room is None else (room.cpu, room.memory)
+
+    def _raise_room(self, level: int, node: str) -> None:
+        cpu, mem = self._node_room(node)
+        front = self.level_room.get(level)
+        if front is None:
+            self.level_room[level] = [(cpu, mem)]
+        elif not any(c >= cpu and m >= mem for c, m in front):
+            front[:] = [(c, m) for c, m in front if c > cpu or m > mem]
+            front.append((cpu, mem))
 
     def _sizes(self, g: int) -> None:
         self.g_sizes[g] = sorted((r.coresreq for q in self.g_pods[g] if (r := self.p_req[q]) is not None), reverse=True)
@@ -350,7 +384,11 @@ class _Engine:
     def fits(self, p: int, g: int, req: GpuRequest, nodes: frozenset[str] | None) -> bool:
         if g in self.p_gids[p]:
             return False
-        if nodes is not None and self.g_node[g] not in nodes and g not in self.p_origin[p]:
+        node = self.g_node[g]
+        if nodes is not None and node not in nodes and g not in self.p_origin[p]:
+            return False
+        room = self.n_free.get(node)
+        if room is not None and node != self.g_node[self.p_gids[p][0]] and not room.covers(self.p_res[p]):
             return False
         sel = self.p_alloc[p].request.selectors
         if not self.p_plain[p] and not self.allowed(p, self.g_dev[g]):
@@ -415,13 +453,33 @@ class _Engine:
             if entry is not None and g not in exclude and self.fits(p, g, req, nodes):
                 home_fit.setdefault(entry[0], []).append((0 if g in origin else 1, entry[1], g))
         levels = self.levels
+        # Busy GPUs sit on busy nodes: most of those the scan meets lack CPU or memory for the
+        # pod, so the node's verdict is taken once per call, not once per GPU.
+        here, res, n_free, g_node = self.g_node[self.p_gids[p][0]], self.p_res[p], self.n_free, self.g_node
+        level_room = self.level_room
+        # GPUs of the node the pod is on need no room there; home GPUs are in home_fit.
+        near = {e[0] for g in self.node_gids[here] if (e := self.g_entry[g]) is not None} if here != home else ()
+        roomy: dict[str, bool] = {}
         for i in range(bisect.bisect_left(levels, need), len(levels)):
             level = levels[i]
             if level in home_fit:
                 return (min(home_fit[level])[2],)
+            front = level_room.get(level)
+            if front is not None and not any(c >= res.cpu and m >= res.memory for c, m in front) and level not in near:
+                continue  # home GPUs were looked at above: no other node of this level has room
+            rooms: set[tuple[int, int]] = set()
             for _, _, g in self.buckets[level]:
-                if g not in exclude and self.fits(p, g, req, nodes):
+                node = g_node[g]
+                room = n_free.get(node)
+                rooms.add((_UNLIMITED, _UNLIMITED) if room is None else (room.cpu, room.memory))
+                if g in exclude:
+                    continue
+                ok = roomy.get(node)
+                if ok is None:
+                    ok = roomy[node] = room is None or node == here or room.covers(res)
+                if ok and self.fits(p, g, req, nodes):
                     return (g,)
+            level_room[level] = _pareto(rooms)  # exact now: the whole level was seen
         return None
 
     def _best_multi(
@@ -464,6 +522,15 @@ class _Engine:
             self.g_pods[g].append(p)
             self._sizes(g)
         self.p_gids[p] = new
+        if old and new and (a := self.g_node[old[0]]) != (b := self.g_node[new[0]]):
+            res = self.p_res[p]
+            if a in self.n_free:
+                self.n_free[a] = self.n_free[a] + res
+                for g in self.node_gids[a]:
+                    if (entry := self.g_entry[g]) is not None:
+                        self._raise_room(entry[0], a)
+            if b in self.n_free:
+                self.n_free[b] = self.n_free[b] - res
         now_moved = self.moved(p)
         if was_moved != now_moved:
             step = 1 if now_moved else -1
@@ -580,6 +647,7 @@ class _Engine:
             return False
         nodes = self.eligible_nodes(p)
         typed = not self.p_plain[p]
+        here, res = self.g_node[self.p_gids[p][0]], self.p_res[p]
         # Each ejected pod needs room elsewhere: a group makes at most EJECT_GROUP times the
         # largest free compute there is.
         most = EJECT_GROUP * (self.levels[-1] if self.levels else 0)
@@ -591,6 +659,7 @@ class _Engine:
                     continue
                 d = self.g_dev[t]
                 self._work -= 1  # GPUs of other types count too: the scan stays bounded
+                self.scanned += 1
                 if self._work < 0:
                     return False
                 if typed and not self.allowed(p, d):
@@ -606,6 +675,17 @@ class _Engine:
                             break
                 if room < req.coresreq:
                     continue
+                # Node CPU and memory: what t's node has free plus all that smaller pods leaving
+                # t could give back must cover p (checked before trying any set of them).
+                node_room = self.n_free.get(self.g_node[t])
+                if node_room is not None and self.g_node[t] != here and not node_room.covers(res):
+                    gain = node_room
+                    for q in self.g_pods[t]:
+                        r = self.p_req[q]
+                        if r is not None and r.coresreq < req.coresreq:
+                            gain = gain + self.p_res[q]
+                    if not gain.covers(res):
+                        continue
                 for group in self._ejections(p, t):
                     # A chain that needs more moves than the cap leaves is rejected at the end of
                     # evacuate() anyway; near --max-moves such chains were most of the runtime.
@@ -638,8 +718,17 @@ class _Engine:
             if (r := self.p_req[q]) is not None and r.nums == 1 and r.coresreq < req.coresreq and self.can_move(q)
         ]
         out: list[tuple[int, int, tuple[int, ...]]] = []
+        # p also needs CPU and memory on t's node, and the group leaving it gives back at most its
+        # own: a group that cannot make that room is never tried (most of them, on busy nodes).
+        node = self.g_node[t]
+        room = self.n_free.get(node) if node != self.g_node[self.p_gids[p][0]] else None
+        need = self.p_res[p]
+        if room is not None and not (room + sum((self.p_res[q] for q in movable), ZERO)).covers(need):
+            return []
         for k in range(1, 1 + min(EJECT_GROUP, len(movable))):
             for group in itertools.combinations(movable, k):
+                if room is not None and not (room + sum((self.p_res[q] for q in group), ZERO)).covers(need):
+                    continue
                 mem = cores = 0
                 for q in group:
                     r = self.p_req[q]
@@ -662,9 +751,11 @@ class _Engine:
         final_empty = {g for g in range(len(self.g_dev)) if self.g_counts[g] and not self.g_pods[g]}
         use = [GpuUsage(u.used, u.usedmem, u.usedcores) for u in self.g_use]
         pods = [len(x) for x in self.g_pods]
+        room = dict(self.n_free)
         for p in pending:  # back to the original state
             req = self.p_req[p]
             assert req is not None
+            self._relocate(room, p, self.p_gids[p], self.p_origin[p])
             for g, sign in ((g, -1) for g in self.p_gids[p]):
                 _add(use[g], req, self.g_dev[g], sign)
                 pods[g] -= 1
@@ -673,7 +764,7 @@ class _Engine:
                 pods[g] += 1
         out: list[Move] = []
         while pending:
-            chosen = next((i for i, p in enumerate(pending) if self._fits_now(p, use)), None)
+            chosen = next((i for i, p in enumerate(pending) if self._fits_now(p, use, room)), None)
             if chosen is None:
                 return None
             p = pending[chosen]
@@ -681,6 +772,7 @@ class _Engine:
             assert req is not None
             target = self.p_gids[p]
             del pending[chosen]
+            self._relocate(room, p, self.p_origin[p], target)
             frees = []
             for g in self.p_origin[p]:
                 _add(use[g], req, self.g_dev[g], -1)
@@ -711,10 +803,35 @@ class _Engine:
             )
         return out
 
-    def _fits_now(self, p: int, use: list[GpuUsage]) -> bool:
-        """Pod p fits its final GPUs in the usage `use` (with itself taken off its original GPUs)."""
+    def fits_back(self, p: int, gids: tuple[int, ...]) -> bool:
+        """Pod p, now elsewhere, would fit GPUs `gids` (and their node) again as things stand."""
         req = self.p_req[p]
         assert req is not None
+        sel = self.p_alloc[p].request.selectors
+        node = self.g_node[gids[0]]
+        room = self.n_free.get(node)
+        if room is not None and node != self.g_node[self.p_gids[p][0]] and not room.covers(self.p_res[p]):
+            return False
+        return all(gpu_fit_reason(req, self.g_dev[g], self.g_use[g], sel, self.g_cordoned[g]) is None for g in gids)
+
+    def _relocate(self, room: dict[str, Resources], p: int, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        """Pod p's CPU, memory and slot go from the node of GPUs `old` to that of `new`, in `room`."""
+        a, b = self.g_node[old[0]], self.g_node[new[0]]
+        if a != b:
+            if a in room:
+                room[a] = room[a] + self.p_res[p]
+            if b in room:
+                room[b] = room[b] - self.p_res[p]
+
+    def _fits_now(self, p: int, use: list[GpuUsage], room: dict[str, Resources]) -> bool:
+        """Pod p fits its final GPUs in the usage `use` (with itself taken off its original GPUs),
+        and its final node has room (`room`) for its CPU, memory and slot."""
+        req = self.p_req[p]
+        assert req is not None
+        target_node = self.g_node[self.p_gids[p][0]]
+        free = room.get(target_node)
+        if free is not None and target_node != self.g_node[self.p_origin[p][0]] and not free.covers(self.p_res[p]):
+            return False
         sel = self.p_alloc[p].request.selectors
         for g in self.p_gids[p]:
             u = use[g].copy()
@@ -735,6 +852,17 @@ class _Engine:
                 for g in (*old, *target):
                     self._index(g)
         self.p_event[:] = events
+
+
+def _pareto(points: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The points no other point has as much of both coordinates as."""
+    front: list[tuple[int, int]] = []
+    best = -1
+    for c, m in sorted(points, reverse=True):
+        if m > best:
+            front.append((c, m))
+            best = m
+    return front
 
 
 def _add(u: GpuUsage, req: GpuRequest, d: GpuDevice, sign: int) -> None:
@@ -760,6 +888,8 @@ def _evacuations(engine: _Engine, options: PlanOptions, accept: Callable[[list[_
         for x in engine.candidates():
             if engine.moves_made >= engine.max_moves:
                 return
+            if engine.scan_limit is not None and engine.scanned >= engine.scan_limit:
+                return
             if not engine._open(x) or (engine.g_locked[x] and not engine.reroute):
                 continue
             new = sum(1 for p in engine.g_pods[x] if not engine.moved(p))
@@ -783,14 +913,22 @@ def _evacuations(engine: _Engine, options: PlanOptions, accept: Callable[[list[_
                 changes += 1
 
 
-def _free_gpus(engine: _Engine, options: PlanOptions) -> list[Move]:
+def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[Move]:
     _evacuations(engine, options, None)
+    # Where nodes are short of CPU or memory, many GPUs cannot be emptied all at once, but single
+    # moves into other GPUs' slack (each lowering FGD) still empty some: on the openb example
+    # they free 28 more GPUs at 2 moves each, where a second evacuation phase frees 6.
+    fgd = _Fgd(engine, mix)
+    _single_moves(engine, options, fgd, {n: fgd.node(n) for n in engine.node_gids}, only_frees=True)
     first = engine.sequence()
     assert first is not None  # built move by move, so the build order itself is valid
     places, events = engine.snapshot(), list(engine.p_event)
     # Second phase: pods already moving may be given another place at no extra move, and GPUs
     # that received pods may be emptied after all; ordering is redone at the end.
     engine.reroute = True
+    # The second phase gains little (nothing on most states) but can search far longer than the
+    # first when node CPU and memory are tight: it may scan half as many GPUs as the first did.
+    engine.scan_limit = engine.scanned + engine.scanned // 2
     freed = len(engine.evacuated)
     _evacuations(engine, options, None)
     if len(engine.evacuated) == freed:
@@ -855,8 +993,15 @@ def _fragmentation(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> l
     return moves
 
 
-def _single_moves(engine: _Engine, options: PlanOptions, fgd: _Fgd, committed: dict[str, float]) -> None:
-    """Moves of single pods that lower FGD on their own (e.g. a small pod into another GPU's slack)."""
+def _single_moves(
+    engine: _Engine, options: PlanOptions, fgd: _Fgd, committed: dict[str, float], only_frees: bool = False
+) -> None:
+    """Moves of single pods that lower FGD on their own (e.g. a small pod into another GPU's slack).
+
+    With `only_frees` (objective free-gpus) the moves are a means: afterwards, latest first, each
+    one that did not leave its GPU empty is taken back if its pod still fits where it was, so only
+    the moves that free GPUs, or make the room that others use to free them, remain."""
+    made: list[tuple[int, _Record]] = []
     order = sorted((p for p in range(len(engine.p_alloc)) if engine.can_move(p)), key=lambda p: (engine._size(p), p))
     for p in order:
         if engine.moves_made >= engine.max_moves:
@@ -874,8 +1019,18 @@ def _single_moves(engine: _Engine, options: PlanOptions, fgd: _Fgd, committed: d
         if delta >= options.min_fgd_gain:
             committed.update(after)
             engine.p_reason[p] = f"lower FGD by {delta:.2f} GPU"
+            made.append((p, record))
         else:
             engine.undo(record)
+    if not only_frees:
+        return
+    for p, record in reversed(made):
+        origin = record[1]
+        if all(not engine.g_pods[g] for g in origin) or not engine.fits_back(p, origin):
+            engine.p_reason[p] = f"empty {engine.label(origin[0])}" if not engine.g_pods[origin[0]] else "make room"
+            continue
+        engine.undo(record)
+        engine.p_reason.pop(p, None)
 
 
 # ---- public API -----------------------------------------------------------------------------------
@@ -893,7 +1048,7 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
     mix = options.mix or mix_from_state(state)
     engine = _Engine(replacement_state(state), options)
     if options.objective == "free-gpus":
-        moves = tuple(_free_gpus(engine, options))
+        moves = tuple(_free_gpus(engine, options, mix))
     else:
         moves = tuple(_fragmentation(engine, options, mix))
     before = cluster_metrics(state, mix)
@@ -921,6 +1076,8 @@ def copy_state(state: ClusterState) -> ClusterState:
         pods=dict(state.pods),
         problems=dict(state.problems),
         by_node={n: set(k) for n, k in state.by_node.items()},
+        pod_requests=dict(state.pod_requests),
+        requested=dict(state.requested),
     )
 
 
@@ -945,7 +1102,14 @@ def apply_moves(state: ClusterState, moves: Iterable[Move]) -> ClusterState:
         if alloc is None:
             raise ValueError(f"pod {m.pod} is not in the state")
         add_pod(out, moved_allocation(alloc, out.nodes[m.to_node], m.to_gpus))
+        _move_requests(out, m.pod, m.to_node)
     return out
+
+
+def _move_requests(state: ClusterState, key: str, node: str) -> None:
+    held = state.pod_requests.get(key)
+    if held is not None and held[0] != node:
+        set_pod_requests(state, key, node, held[1])
 
 
 def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions | None = None) -> list[str]:
@@ -994,6 +1158,13 @@ def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions
         if any(g is None for g in gpus) or len(set(m.to_gpus)) != len(m.to_gpus):
             errors.append(f"{where}: node {m.to_node} has no GPUs {list(m.to_gpus)}")
             continue
+        held = out.pod_requests.get(m.pod)
+        room = out.free_resources(m.to_node)
+        if held is not None and room is not None and held[0] != m.to_node:
+            short = room.shortfall(held[1])
+            if short is not None:
+                errors.append(f"{where}: node {m.to_node}: {short}")
+        _move_requests(out, m.pod, m.to_node)
         remove_pod(out, m.pod)
         result = fit_pod(alloc.request, [g for g in gpus if g is not None], node.usage, node.cordoned, exact=True)
         if not result.ok:

@@ -447,4 +447,6 @@ def restrict(state: ClusterState, names: Iterable[str]) -> ClusterState:
         pods={k: p for k, p in state.pods.items() if p.node in keep},
         problems={k: m for k, m in state.problems.items() if k in state.pods and state.pods[k].node in keep},
         by_node={n: set(k) for n, k in state.by_node.items() if n in keep},
+        pod_requests={k: v for k, v in state.pod_requests.items() if v[0] in keep},
+        requested={n: r for n, r in state.requested.items() if n in keep},
     )

@@ -44,8 +44,17 @@ from typing import Any, Literal
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
+from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import PCT_UNSET, GpuRequest, PodRequest
-from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, pod_allocation, remove_pod
+from hami_place_core.state import (
+    ClusterState,
+    NodeState,
+    PodAllocation,
+    add_pod,
+    delete_pod,
+    pod_allocation,
+    set_pod_requests,
+)
 
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
@@ -331,12 +340,14 @@ def apply(state: ClusterState, pod: Mapping[str, Any]) -> PodAllocation:
     if alloc.key in state.pods:
         raise ValueError(f"pod {alloc.key} is already in the state")
     add_pod(state, alloc)
+    set_pod_requests(state, alloc.key, alloc.node, pod_requests(pod))
     return alloc
 
 
 def evict(state: ClusterState, key: str) -> PodAllocation | None:
-    """Remove pod `key` ("namespace/name") and give its GPU shares back; None if it was not there."""
-    return remove_pod(state, key)
+    """Remove pod `key` ("namespace/name") and give its GPU shares, CPU and memory back; None if it
+    was not there."""
+    return delete_pod(state, key)
 
 
 # ---- nodes as HAMi's device plugin registers them ---------------------------------------------

@@ -36,7 +36,10 @@ def _pick(d: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, Any]:
 
 
 def _containers(cs: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    return [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in cs or ()]
+    # restartPolicy marks a sidecar init container, whose requests kube-scheduler adds to the pod's
+    return [
+        {"name": c.get("name"), "resources": c.get("resources") or {}, **_pick(c, ("restartPolicy",))} for c in cs or ()
+    ]
 
 
 def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,7 +64,10 @@ def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
 def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    out_spec = _pick(spec, ("nodeName", "schedulerName", "nodeSelector", "affinity", "tolerations", "priority"))
+    out_spec = _pick(
+        spec,
+        ("nodeName", "schedulerName", "nodeSelector", "affinity", "tolerations", "priority", "overhead", "resources"),
+    )
     out_spec["containers"] = _containers(spec.get("containers"))
     if spec.get("initContainers"):
         out_spec["initContainers"] = _containers(spec.get("initContainers"))
@@ -122,14 +128,25 @@ def make_snapshot(
     metrics: ClusterMetrics,
     source: str,
 ) -> dict[str, Any]:
+    names = {(n.get("metadata") or {}).get("name") or "" for n in nodes}
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"generatedAt": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "source": source},
         "summary": summary(state, metrics),
         "nodes": [trim_node(n) for n in nodes],
-        "pods": [trim_pod(p) for p in pods if (p.get("metadata") or {}).get("annotations", {}).get(ann.POD_VGPU_NODE)],
+        "pods": [trim_pod(p) for p in pods if _counted(p, names)],
     }
+
+
+def _counted(pod: Mapping[str, Any], nodes: set[str]) -> bool:
+    """HAMi placed it, or it takes CPU and memory on one of the snapshot's nodes."""
+    if ((pod.get("metadata") or {}).get("annotations") or {}).get(ann.POD_VGPU_NODE):
+        return True
+    return (pod.get("spec") or {}).get("nodeName") in nodes and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
 
 
 def load_snapshot(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:

@@ -20,6 +20,7 @@ from typing import Any
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import ContainerDevice, GpuDevice, RegisterDecoding
 from hami_place_core.fit import GpuUsage
+from hami_place_core.node_resources import Resources, node_allocatable, pod_requests
 from hami_place_core.requests import DEFAULT_CONFIG, HamiConfig, PodRequest, pod_request
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -70,6 +71,8 @@ class NodeState:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, Any], ...] = ()
     register_raw: str | None = None
+    # CPU, memory and pod slots for kube-scheduler's NodeResourcesFit; None: the node states none
+    allocatable: Resources | None = None
 
     @property
     def error(self) -> str | None:
@@ -99,6 +102,17 @@ class ClusterState:
     # pod key -> why its allocation is unreadable or names an unknown node/GPU
     problems: dict[str, str] = field(default_factory=dict)
     by_node: dict[str, set[str]] = field(default_factory=dict)  # node name -> pod keys allocated there
+    # Every pod on a node (GPU or not, as kube-scheduler counts them): key -> (node, requests), and
+    # the sum per node. Pods of nodes outside the state are kept too; they are never read.
+    pod_requests: dict[str, tuple[str, Resources]] = field(default_factory=dict)
+    requested: dict[str, Resources] = field(default_factory=dict)
+
+    def free_resources(self, node: str) -> Resources | None:
+        """Allocatable minus what the node's pods request; None when the node states no allocatable."""
+        n = self.nodes.get(node)
+        if n is None or n.allocatable is None:
+            return None
+        return n.allocatable - self.requested.get(node, Resources())
 
     def problem_lines(self) -> list[str]:
         return sorted(f"pod {k}: {m}" for k, m in self.problems.items())
@@ -129,6 +143,7 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
         labels=dict(meta.get("labels") or {}),
         taints=tuple(spec.get("taints") or ()),
         register_raw=annotations.get(ann.NODE_REGISTER),
+        allocatable=node_allocatable(node),
     )
 
 
@@ -247,6 +262,28 @@ def upsert_pod(state: ClusterState, pod: Mapping[str, Any], config: HamiConfig =
         remove_pod(state, key)
     else:
         add_pod(state, alloc)
+    phase = (pod.get("status") or {}).get("phase")
+    # kube-scheduler counts a pod against its node from the moment it is assumed there; HAMi's
+    # vgpu-node stands in for nodeName between Filter and Bind.
+    node = (pod.get("spec") or {}).get("nodeName") or (alloc.node if alloc is not None else None)
+    if node and phase not in TERMINAL_PHASES:
+        set_pod_requests(state, key, node, pod_requests(pod))
+    else:
+        set_pod_requests(state, key, None, None)
+
+
+def set_pod_requests(state: ClusterState, key: str, node: str | None, requests: Resources | None) -> None:
+    """Count the pod's CPU, memory and slot on `node` (None: on no node)."""
+    old = state.pod_requests.pop(key, None)
+    if old is not None:
+        left = state.requested[old[0]] - old[1]
+        if left.pods <= 0:
+            del state.requested[old[0]]
+        else:
+            state.requested[old[0]] = left
+    if node is not None and requests is not None:
+        state.pod_requests[key] = (node, requests)
+        state.requested[node] = state.requested.get(node, Resources()) + requests
 
 
 def add_pod(state: ClusterState, alloc: PodAllocation) -> None:
@@ -257,7 +294,14 @@ def add_pod(state: ClusterState, alloc: PodAllocation) -> None:
     _count(state, alloc, +1)
 
 
+def delete_pod(state: ClusterState, key: str) -> PodAllocation | None:
+    """The pod is gone: its GPU shares and its CPU, memory and slot are given back."""
+    set_pod_requests(state, key, None, None)
+    return remove_pod(state, key)
+
+
 def remove_pod(state: ClusterState, key: str) -> PodAllocation | None:
+    """Take back the pod's GPU shares (its node-level requests stay: see :func:`delete_pod`)."""
     alloc = state.pods.pop(key, None)
     if alloc is None:
         return None
@@ -302,7 +346,7 @@ def upsert_node(state: ClusterState, node: Mapping[str, Any]) -> NodeState:
     if old is not None and old.register_raw == fresh.register_raw:
         # Same GPU inventory (most node updates are heartbeats): keep the usage, refresh the rest.
         old.ready, old.unschedulable, old.cordoned = fresh.ready, fresh.unschedulable, fresh.cordoned
-        old.labels, old.taints = fresh.labels, fresh.taints
+        old.labels, old.taints, old.allocatable = fresh.labels, fresh.taints, fresh.allocatable
         return old
     _recount_node(state, fresh.name, fresh)
     return fresh

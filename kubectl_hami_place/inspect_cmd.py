@@ -121,5 +121,7 @@ def _restrict(state: ClusterState, metrics: ClusterMetrics, keep: set[str]) -> t
         pods={k: p for k, p in state.pods.items() if p.node in keep},
         problems={k: m for k, m in state.problems.items() if k in state.pods and state.pods[k].node in keep},
         by_node={n: keys for n, keys in state.by_node.items() if n in keep},
+        pod_requests={k: v for k, v in state.pod_requests.items() if v[0] in keep},
+        requested={n: r for n, r in state.requested.items() if n in keep},
     )
     return sub, cluster_metrics(sub, metrics.mix)

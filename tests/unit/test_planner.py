@@ -415,8 +415,9 @@ def test_the_shipped_example_plans_fast_and_valid() -> None:
     nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
     s = build_state(nodes, pods)
     p = plan(s)
-    assert p.seconds < 10  # 0.6-0.8 s on the 2-core reference machine; generous for slow CI
-    assert p.gpus_freed >= 240 and len(p.moves) <= 2 * p.gpus_freed
+    assert p.seconds < 30  # 3-5 s on the 2-core reference machine (docs/benchmarks.md); generous for slow CI
+    # Half the moves of a plan that ignored node CPU and memory did not fit (test below); 170 do.
+    assert p.gpus_freed >= 165 and len(p.moves) <= 2 * p.gpus_freed
     assert not check_moves(s, list(p.moves))
     assert p.gpus_freed == len({f for m in p.moves for f in m.frees})
     assert p.immovable == ()
