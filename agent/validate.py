@@ -20,6 +20,7 @@ from agent.config import Settings
 from agent.kube import AsyncKube
 from hami_place_core import placement as hp
 from hami_place_core.fit import GpuUsage, fit_pod
+from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
@@ -206,6 +207,13 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
     if not result.ok:
         names = {g.uuid: f"gpu-{g.index}" for g in gpus}
         return [f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"]
+    # kube-scheduler's NodeResourcesFit: without CPU, memory or a pod slot on the node the pinned
+    # pod would stay Pending. A pod already on the target node gives its own room back.
+    room = cache.state.free_resources(node.name)
+    if sample is not None and room is not None and (sample.get("spec") or {}).get("nodeName") != node.name:
+        short = room.shortfall(pod_requests(sample))
+        if short is not None:
+            return [f"node {node.name} has no room for the pod: {short}"]
     return []
 
 

@@ -427,3 +427,49 @@ def test_agent_exits_2_with_the_reason_when_the_webhook_client_ca_cannot_be_read
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("hami-place agent: cannot load TLS files:") and "No such file" in proc.stderr
+
+
+def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
+    """The GPUs have room but the node's CPU is taken by a non-GPU pod: kube-scheduler would leave
+    the pinned pod Pending, so the placement is refused with the shortfall."""
+    from agent.validate import check_target
+    from hami_place_core.annotations import GpuDevice
+    from hami_place_core.placement import Placement
+    from hami_place_core.simulate import gpu_uuid, node_manifest
+
+    cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
+    devices = [
+        GpuDevice(uuid=gpu_uuid("n1", 0), index=0, count=10, devmem=81920, devcore=100, type="NVIDIA-A100", health=True)
+    ]
+    cache.nodes.apply({"type": "ADDED", "object": node_manifest("n1", devices, cpu_milli=8000, memory_mib=65536)})
+    hog = {
+        "metadata": {"name": "hog", "namespace": "other"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "7"}}}]},
+        "status": {"phase": "Running"},
+    }
+    web = {
+        "metadata": {"name": "web-1", "namespace": "ns", "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": "n2",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    for pod in (hog, web):
+        cache.pods.apply({"type": "ADDED", "object": pod})
+    placement = Placement.from_object(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "reqID": "abcde",
+                "podSelector": {"matchLabels": {"app": "web"}},
+                "nodeName": "n1",
+                "gpuDevices": ["gpu-0"],
+            },
+        }
+    )
+    assert check_target(cache, placement, []) == [
+        "node n1 has no room for the pod: Insufficient cpu (1 free, 2 requested)"
+    ]
+    cache.pods.apply({"type": "DELETED", "object": hog})
+    assert check_target(cache, placement, []) == []
