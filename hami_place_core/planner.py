@@ -927,8 +927,9 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     # that received pods may be emptied after all; ordering is redone at the end.
     engine.reroute = True
     # The second phase gains little (nothing on most states) but can search far longer than the
-    # first when node CPU and memory are tight: it may scan half as many GPUs as the first did.
-    engine.scan_limit = engine.scanned + engine.scanned // 2
+    # first when node CPU and memory are tight: it may scan half as many GPUs as the first did
+    # (and at least what one evacuation may, so a first phase that needed no scan leaves room).
+    engine.scan_limit = engine.scanned + max(engine.scanned // 2, EJECT_SCAN * MAX_DEPTH)
     freed = len(engine.evacuated)
     _evacuations(engine, options, None)
     if len(engine.evacuated) == freed:
