@@ -51,6 +51,7 @@ import openb_replay as replay
 
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
+from hami_place_core.node_resources import ZERO, Resources
 from hami_place_core.planner import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
 from hami_place_core.planner_bounds import (
     l2_bound,
@@ -92,12 +93,24 @@ class View:
     refusals: dict[tuple[str, str], bool] = field(default_factory=dict)
     moves: list[Move] = field(default_factory=list)
     moved: set[str] = field(default_factory=set)
+    room: dict[str, Resources] = field(default_factory=dict)  # node -> CPU/memory/pod slots left
+
+    def requests(self, key: str) -> Resources:
+        entry = self.state.pod_requests.get(key)
+        return entry[1] if entry is not None else ZERO
+
+    def room_for(self, key: str, node: str) -> bool:
+        """kube-scheduler's NodeResourcesFit, as the planner checks it: a pod moving in needs room."""
+        return self.room_for_at(key, self.node_of[self.at[key][0]], node)
 
     @classmethod
     def of(cls, state: ClusterState, options: PlanOptions) -> View:
         v = cls(state)
         for name in sorted(state.nodes):
             n = state.nodes[name]
+            free = state.free_resources(name)
+            if free is not None:
+                v.room[name] = free
             for d in n.devices:
                 v.usage[d.uuid] = n.usage[d.uuid].copy()
                 v.node_of[d.uuid] = name
@@ -127,7 +140,7 @@ class View:
         ok = self.refusals.get((key, node))
         if ok is None:
             ok = self.refusals[(key, node)] = node_refusal(a, self.state.nodes[node]) is None
-        if not ok or uuid in self.at[key]:
+        if not ok or uuid in self.at[key] or not self.room_for(key, node):
             return False
         d = self.device(uuid)
         cordoned = self.state.nodes[node].cordoned
@@ -141,6 +154,7 @@ class View:
 
     def move(self, key: str, uuid: str, reason: str) -> None:
         a = self.state.pods[key]
+        self.take_room(key, self.node_of[self.at[key][0]], self.node_of[uuid])
         for old in self.at[key]:
             self.shift(key, old, -1)
         self.shift(key, uuid, +1)
@@ -160,6 +174,17 @@ class View:
                 reason=reason,
             )
         )
+
+    def room_for_at(self, key: str, here: str, node: str) -> bool:
+        free = self.room.get(node)
+        return node == here or free is None or free.covers(self.requests(key))
+
+    def take_room(self, key: str, here: str, there: str) -> None:
+        if here != there:
+            if here in self.room:
+                self.room[here] = self.room[here] + self.requests(key)
+            if there in self.room:
+                self.room[there] = self.room[there] - self.requests(key)
 
     def countable(self, uuid: str) -> bool:
         n = self.state.nodes[self.node_of[uuid]]
@@ -240,7 +265,11 @@ def fragmentation_aware(state: ClusterState, options: PlanOptions, mix: Workload
             key = best[1]
             a = state.pods[key]
             shift(key, name, where[key][1], -1)
-            allowed = [n for n in sim.candidates() if n != name and node_refusal(a, work.nodes[n]) is None]
+            allowed = [
+                n
+                for n in sim.candidates()
+                if n != name and node_refusal(a, work.nodes[n]) is None and v.room_for_at(key, name, n)
+            ]
             placed = None
             for n in allowed:
                 devices = fit_on_node(a.request, work.nodes[n], "spread")
@@ -274,6 +303,7 @@ def fragmentation_aware(state: ClusterState, options: PlanOptions, mix: Workload
                 )
             )
             where[key] = (target, uuid)
+            v.take_room(key, name, target)
             moved.add(key)
             progress = True
         if not progress:
@@ -311,6 +341,12 @@ def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], b
                 fixed[u].used -= 1
                 fixed[u].usedmem -= r.memory_on(d.devmem)
                 fixed[u].usedcores -= r.coresreq
+    # Node room with every movable pod lifted off, as the packing refills it.
+    room = dict(v.room)
+    for key in movable:
+        home = v.node_of[v.at[key][0]]
+        if home in room:
+            room[home] = room[home] + v.requests(key)
     order = sorted(movable, key=lambda k: (-v.req(k).coresreq, -v.req(k).memory_on(v.device(v.at[k][0]).devmem), k))
     # Bins: GPUs in use by fixed pods first (their room must be used), then any GPU.
     bins = sorted(gpus, key=lambda u: (fixed[u].used == 0, u))
@@ -324,7 +360,11 @@ def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], b
             node = state.nodes[v.node_of[u]]
             if node_refusal(a, node) is not None:
                 continue
+            if node.name in room and not room[node.name].covers(v.requests(key)):
+                continue
             if gpu_fit_reason(r, d, load[i], a.request.selectors, node.cordoned) is None:
+                if node.name in room:
+                    room[node.name] = room[node.name] - v.requests(key)
                 load[i].used += 1
                 load[i].usedmem += r.memory_on(d.devmem)
                 load[i].usedcores += r.coresreq
@@ -332,7 +372,8 @@ def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], b
                 break
         else:
             content.setdefault(-1, []).append(key)  # fits nowhere: stays
-    # Match each new bin to the old GPU holding most of its pods (fewer moves), greedily.
+    # Match each new bin to the old GPU on its node holding most of its pods (fewer moves), greedily;
+    # within the node, so that the node loads the packing checked stay what they are.
     final: dict[str, str] = {}
     taken: set[str] = set()
     pairs = []
@@ -345,7 +386,8 @@ def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], b
         for k in keys:
             votes[v.at[k][0]] = votes.get(v.at[k][0], 0) + 1
         for u, n in votes.items():
-            pairs.append((-n, i, u))
+            if v.node_of[u] == v.node_of[bins[i]]:
+                pairs.append((-n, i, u))
     pairs.sort()
     assigned: dict[int, str] = {}
     for _, i, u in pairs:
@@ -358,11 +400,13 @@ def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], b
             continue
         target = bins[i] if fixed[bins[i]].used else assigned.get(i)
         if target is None:
-            target = next(u for u in bins if u not in taken and not fixed[u].used)
+            same = v.node_of[bins[i]]
+            target = next(u for u in bins if u not in taken and not fixed[u].used and v.node_of[u] == same)
             taken.add(target)
         for k in content[i]:
             final[k] = target
-    # Check node constraints and Fit again for the matched GPU (it may differ from bin i).
+    # Check node constraints, node room and Fit again for the matched GPU (it may differ from bin i),
+    # and find an order in which every move fits when it is made.
     pending = sorted((k for k in movable if final[k] != v.at[k][0]), key=lambda k: (-v.req(k).coresreq, k))
     ok = True
     while pending:

@@ -12,12 +12,14 @@ sharing pods: each GPU is a bin with ``devcore`` compute and ``count`` share slo
   Relaxes memory, node constraints and the order of moves, so the gain it gives is an upper bound.
 - :func:`pattern_bound`: the exact minimum number of bins for the same relaxation (compute and
   slots), as an integer cutting-stock model over bin patterns solved by HiGHS. Needs every bin
-  alike (one ``devcore`` and ``count``); on the openb clusters (all requests are percentages, no
-  node constraints) it is the true optimum of GPUs freed, which L2 overestimates.
+  alike (one ``devcore`` and ``count``). On the openb clusters (all requests are percentages, no
+  node selectors) it is the optimum of GPUs freed if node CPU and memory were unlimited: tighter
+  than L2, still an upper bound, since it ignores that a node must have room for the pods it takes.
 - :func:`milp_bound`: the exact optimum of a small state, pod by pod and GPU by GPU (HAMi's memory,
-  compute, slots, GPU type and UUID selectors, node constraints): the most GPUs any assignment of
-  the movable pods frees, then the fewest moves that frees that many. Exclusive pods stay put.
-  Ignores only the order of moves (a relaxation: the planner's plans are ordered and valid).
+  compute, slots, GPU type and UUID selectors, node constraints, and the node CPU, memory and pod
+  slots kube-scheduler checks): the most GPUs any assignment of the movable pods frees, then the
+  fewest moves that frees that many. Exclusive pods stay put. Ignores only the order of moves (a
+  relaxation: the planner's plans are ordered and valid).
 - :func:`move_frontier`: a lower bound on the moves any plan needs to free F GPUs (the LP
   relaxation of an aggregated model: GPUs with the same pod sizes are one configuration; each
   ends as a bin pattern and pays one move per pod it loses). Same relaxation as pattern_bound.
@@ -34,8 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core.fit import gpu_fit_reason
+from hami_place_core.node_resources import ONE_POD, ZERO, Resources
 from hami_place_core.planner import Move, PlanOptions, apply_moves
-from hami_place_core.planner_constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.planner_constraints import (
+    constraint_signature,
+    immovable_reason,
+    node_refusal,
+    node_schedulable,
+)
 from hami_place_core.state import ClusterState, PodAllocation
 
 
@@ -210,6 +218,159 @@ def pattern_bound(state: ClusterState, options: PlanOptions | None = None, time_
     return Bound("patterns", need, max_free, max_free - p.whole_free, proven=optimal)
 
 
+def node_room_bound(state: ClusterState, options: PlanOptions | None = None, time_limit: float = 60.0) -> Bound:
+    """An upper bound on GPUs freed that, unlike L2 and the patterns, counts node CPU, memory and pod
+    slots; small enough for the whole cluster.
+
+    Per node n, y[n] of its GPUs stay in use (an integer between the GPUs a staying pod holds and the
+    node's bins) and x[k,n] >= 0 movable pods of class k end there (a class: the same compute, node
+    requests and scheduling constraints). Rows: every class keeps its count; per node, the pods' compute
+    (those that stay included) is at most devcore·y, their slots at most count·y, the pods larger than
+    devcore/(t+1) at most t·y for t = 1, 2, 3 (no GPU holds more of them), and the movers' CPU, memory
+    and pod slots fit what the pods that stay leave (a node may always keep today's load). L2's and
+    the pattern optimum's bins are cuts. It relaxes the packing inside a node to those rows and the order of
+    moves, so the gain is an upper bound; the solver's dual bound is used if the time runs out.
+    """
+    import highspy
+    import numpy as np
+
+    options = options or PlanOptions()
+    counted: dict[str, tuple[str, Any]] = {}
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
+        if node_schedulable(node):
+            for d in node.devices:
+                if d.health and d.uuid not in node.cordoned:
+                    counted[d.uuid] = (name, d)
+    exclusive: set[str] = set()
+    for alloc in state.pods.values():
+        cores = max((r.coresreq for r in alloc.request.gpu_containers), default=0)
+        on = [u for u in alloc.per_gpu if u in counted]
+        if any(counted[u][1].devcore <= cores for u in on):
+            exclusive.update(on)
+    nodes = sorted({n for u, (n, _) in counted.items() if u not in exclusive})
+    ni = {n: i for i, n in enumerate(nodes)}
+    bins = np.zeros(len(nodes))
+    devcore = np.zeros(len(nodes))
+    slots = np.zeros(len(nodes))
+    for u, (n, d) in counted.items():
+        if u not in exclusive:
+            i = ni[n]
+            bins[i] += 1
+            devcore[i] = max(devcore[i], d.devcore)
+            slots[i] = max(slots[i], d.count)
+    fixed_gpus: dict[str, set[str]] = {}
+    fixed_load = np.zeros((len(nodes), 5))  # compute, slots, pods over devcore/2, /3, /4
+    movers: set[str] = set()
+    # A movable pod is one item per GPU share (a multi-GPU pod's shares may part in this relaxation;
+    # its CPU, memory and pod slot ride with the first share). Items alike form a class.
+    classes: dict[tuple[Any, ...], list[tuple[PodAllocation, int, Resources]]] = {}
+    for key in sorted(state.pods):
+        alloc = state.pods[key]
+        on = [u for u in alloc.per_gpu if u in counted and u not in exclusive]
+        if not on:
+            continue
+        if (
+            len(on) == len(alloc.per_gpu)
+            and immovable_reason(alloc, options.excluded_namespaces, state.problems) is None
+        ):
+            movers.add(key)
+            for share, u in enumerate(sorted(on)):
+                cores = alloc.per_gpu[u][2]
+                res = _requests_of(state, key) if share == 0 else ZERO
+                sig = (cores, res, constraint_signature(alloc), repr(alloc.request.selectors))
+                classes.setdefault(sig, []).append((alloc, cores, res))
+            continue
+        for u in on:
+            i = ni[counted[u][0]]
+            _, _, cores = alloc.per_gpu[u]
+            fixed_gpus.setdefault(nodes[i], set()).add(u)
+            fixed_load[i] += [cores, 1, *(cores > devcore[i] / (t + 1) for t in (1, 2, 3))]
+    room = _fixed_room(state, movers)
+    if not nodes:  # HiGHS calls an empty model neither optimal nor solved
+        return Bound("node room", 0, 0, 0)
+    h = _highs()
+    inf = h.getInfinity()
+    n_n = len(nodes)
+    lo = np.array([float(len(fixed_gpus.get(n, ()))) for n in nodes])
+    h.addVars(n_n, lo, bins.astype(float))
+    h.changeColsIntegrality(n_n, np.arange(n_n, dtype=np.int32), np.full(n_n, highspy.HighsVarType.kInteger))
+    h.changeColsCost(n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
+    members_of = list(classes.values())
+    c_cores = [m[0][1] for m in members_of]
+    c_res = [m[0][2] for m in members_of]
+    c_home = [Counter(a.node for a, _, _ in m) for m in members_of]
+    cols: list[tuple[int, int]] = []  # (class, node)
+    for k, members in enumerate(members_of):
+        rep = members[0][0]
+        sel = rep.request.selectors
+        for n in nodes:
+            node = state.nodes[n]
+            if n not in c_home[k]:
+                if node_refusal(rep, node) is not None:
+                    continue
+                if n in room and not room[n].covers(c_res[k]):
+                    continue
+                if not any(
+                    d.uuid in counted
+                    and d.uuid not in exclusive
+                    and sel.type_allowed(d.type)
+                    and sel.uuid_allowed(d.uuid)
+                    and c_cores[k] < d.devcore
+                    for d in node.devices
+                ):
+                    continue
+            cols.append((k, ni[n]))
+    x0 = n_n
+    n_x = len(cols)
+    h.addVars(n_x, np.zeros(n_x), np.full(n_x, inf))
+    by_class: dict[int, list[int]] = {}
+    by_node: dict[int, list[int]] = {}
+    for j, (k, i) in enumerate(cols):
+        by_class.setdefault(k, []).append(x0 + j)
+        by_node.setdefault(i, []).append(j)
+    for k, xs in by_class.items():
+        count = float(len(members_of[k]))
+        h.addRow(count, count, len(xs), np.array(xs, dtype=np.int32), np.ones(len(xs)))
+    for i, js in by_node.items():
+        sizes = np.array([float(c_cores[cols[j][0]]) for j in js])
+        idx = np.array([x0 + j for j in js] + [i], dtype=np.int32)
+        rows = [
+            (sizes, devcore[i], fixed_load[i, 0]),
+            (np.ones(len(js)), slots[i], fixed_load[i, 1]),
+            *(((sizes > devcore[i] / (t + 1)).astype(float), float(t), fixed_load[i, 1 + t]) for t in (1, 2, 3)),
+        ]
+        for coef, per_gpu, fixed in rows:
+            if coef.any():
+                h.addRow(-inf, -float(fixed), len(idx), idx, np.array([*coef, -float(per_gpu)]))
+        name = nodes[i]
+        if name in room:
+            r = room[name]
+            reqs = [c_res[cols[j][0]] for j in js]
+            home = [c_home[cols[j][0]][name] for j in js]
+            for dim, cap in enumerate(_scaled(r)):
+                coef = np.array([_scaled(q)[dim] for q in reqs])
+                limit = max(cap, float(np.dot(coef, home)))
+                nz = np.flatnonzero(coef)
+                if len(nz):
+                    h.addRow(-inf, limit, len(nz), np.array([x0 + js[z] for z in nz], dtype=np.int32), coef[nz])
+    # L2's need and the pattern model's (or its dual bound) are valid floors on the bins in use:
+    # the bound is never looser than either.
+    floor = l2_bound(state, options).bins_needed
+    cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
+    if cut is not None:
+        floor = max(floor, cut.bins_needed)
+    h.addRow(float(floor), inf, n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
+    h.setOptionValue("time_limit", float(time_limit))
+    h.run()
+    optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    info = h.getInfo()
+    need = math.ceil((info.objective_function_value if optimal else info.mip_dual_bound) - 1e-6)
+    whole_free = sum(1 for u, (n, _) in counted.items() if u not in exclusive and state.nodes[n].usage[u].used == 0)
+    max_free = int(bins.sum()) - need
+    return Bound("node room", need, max_free, max_free - whole_free, proven=optimal)
+
+
 def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOptions | None = None) -> dict[int, float]:
     """For each gain F: a lower bound on the moves any plan needs to free F GPUs (inf if impossible).
 
@@ -294,7 +455,9 @@ def milp_bound(
 
     Variables x[p,g] (pod p ends on GPU g, for every GPU where p alone passes HAMi's Fit and node
     constraints, plus its own GPU) and y[g] (GPU g stays in use); per GPU, the compute, memory and
-    slots of the pods ending there fit what the pods that stay put leave. Maximise the unused bins,
+    slots of the pods ending there fit what the pods that stay put leave; per node, so do the CPU,
+    memory and pod slots of the movers ending there (kube-scheduler's NodeResourcesFit; a node may
+    always keep today's load, even when overcommitted). Maximise the unused bins,
     then minimise the pods not on their own GPU. Multi-GPU and exclusive pods stay where they are.
     Meant for small states (tens of nodes). `start` (a plan's moves) seeds the solver with a
     feasible assignment; it changes how fast the optimum is found, never what it is.
@@ -319,17 +482,7 @@ def milp_bound(
     movers = []
     for key in sorted(state.pods):
         alloc = state.pods[key]
-        gpus = alloc.request.gpu_containers
-        req = gpus[0] if len(gpus) == 1 else None
-        stays = (
-            req is None
-            or req.nums != 1
-            or req.coresreq >= 100
-            or req.mem_percentage == 100
-            or immovable_reason(alloc, options.excluded_namespaces, state.problems) is not None
-            or any(u not in counted for u in alloc.per_gpu)
-        )
-        if stays:
+        if not _mover(state, alloc, options, counted):
             for u, (slots, mem, cores) in alloc.per_gpu.items():
                 if u in fixed:
                     f = fixed[u]
@@ -339,6 +492,8 @@ def milp_bound(
         else:
             movers.append(alloc)
     free_now = sum(1 for u in uuids if state.nodes[counted[u][0]].usage[u].used == 0)
+    if not uuids:  # HiGHS calls an empty model neither optimal nor solved
+        return MilpResult(0, 0, True, 0, time.perf_counter() - started)
     h = _highs()
     inf = h.getInfinity()
     n_g = len(uuids)
@@ -350,13 +505,17 @@ def milp_bound(
     cols: list[tuple[int, int, int, int, bool]] = []  # (mover, gpu, mem, cores, is home)
     from hami_place_core.fit import GpuUsage
 
+    room = _fixed_room(state, {a.key for a in movers})
     for m, alloc in enumerate(movers):
         req = alloc.request.gpu_containers[0]
         home = next(iter(alloc.per_gpu))
+        need = _requests_of(state, alloc.key)
         for u in uuids:
             name, d = counted[u]
             if u != home:
                 if node_refusal(alloc, state.nodes[name]) is not None:
+                    continue
+                if name != alloc.node and name in room and not room[name].covers(need):
                     continue
                 f = fixed[u]
                 base = GpuUsage(f[0], f[1], f[2])
@@ -383,6 +542,7 @@ def milp_bound(
             h.addRow(-inf, 0, len(idx), np.array(idx, dtype=np.int32), np.array([*coef, -float(cap)]))
     for j, (_, g, _, _, _) in enumerate(cols):  # x[p,g] <= y[g]: tightens the LP relaxation
         h.addRow(-inf, 0, 2, np.array([x0 + j, g], dtype=np.int32), np.array([1.0, -1.0]))
+    _node_rows(h, state, movers, cols, [counted[u][0] for u in uuids], x0)
     cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
     if cut is not None and cut.proven:
         # A valid cut: the bins can never be fewer than the pattern relaxation's optimum.
@@ -411,6 +571,78 @@ def milp_bound(
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             moves = round(h.getInfo().objective_function_value)
     return MilpResult(gain, moves, optimal, bound_gain, time.perf_counter() - started)
+
+
+def _mover(state: ClusterState, alloc: PodAllocation, options: PlanOptions, counted: Mapping[str, Any]) -> bool:
+    """A pod the exact models let move: one container on one shared GPU, movable, on a counted GPU."""
+    gpus = alloc.request.gpu_containers
+    req = gpus[0] if len(gpus) == 1 else None
+    return not (
+        req is None
+        or req.nums != 1
+        or req.coresreq >= 100
+        or req.mem_percentage == 100
+        or immovable_reason(alloc, options.excluded_namespaces, state.problems) is not None
+        or any(u not in counted for u in alloc.per_gpu)
+    )
+
+
+def _requests_of(state: ClusterState, key: str) -> Resources:
+    entry = state.pod_requests.get(key)
+    # A pod the state has no requests for still takes a pod slot (kube-scheduler counts every pod).
+    return entry[1] if entry is not None else ONE_POD
+
+
+def _scaled(q: Resources) -> tuple[float, float, float]:
+    # Cores and GiB: bytes (1e11) next to counts (1) leave HiGHS a badly scaled matrix.
+    return q.cpu / 1e3, q.memory / 2**30, float(q.pods)
+
+
+def _fixed_room(state: ClusterState, movers: set[str]) -> dict[str, Resources]:
+    """Per node that states allocatable: what is left once every pod but the movers is counted."""
+    out: dict[str, Resources] = {}
+    for name, node in state.nodes.items():
+        if node.allocatable is not None:
+            out[name] = node.allocatable
+    for key, (name, req) in state.pod_requests.items():
+        if name in out and key not in movers:
+            out[name] = out[name] - req
+    return out
+
+
+def _node_rows(
+    h: Any,
+    state: ClusterState,
+    movers: Sequence[PodAllocation],
+    cols: Sequence[tuple[int, int, int, int, bool]],
+    node_of_gpu: Sequence[str],
+    x0: int,
+) -> None:
+    """kube-scheduler's NodeResourcesFit in the model: per node, the CPU, memory and pod slots of
+    the movers ending there fit what the pods that stay leave of its allocatable."""
+    import numpy as np
+
+    inf = h.getInfinity()
+    room = _fixed_room(state, {a.key for a in movers})
+    need = [_requests_of(state, a.key) for a in movers]
+    by_node: dict[str, list[int]] = {}
+    for j, (_, g, _, _, _) in enumerate(cols):
+        by_node.setdefault(node_of_gpu[g], []).append(j)
+    for name, js in sorted(by_node.items()):
+        if name not in room:
+            continue
+        r = room[name]
+        for dim, cap in enumerate(_scaled(r)):
+            coef = np.array([_scaled(need[cols[j][0]])[dim] for j in js])
+            # Staying put is always possible, even on a node that is overcommitted now (allocatable
+            # shrank, or requests were never checked): the row allows at least today's load.
+            home = sum(_scaled(need[cols[j][0]])[dim] for j in js if cols[j][4])
+            limit = max(cap, home)
+            if coef.sum() <= limit:
+                continue  # the row could never bind
+            nz = np.flatnonzero(coef)
+            idx = np.array([x0 + js[i] for i in nz], dtype=np.int32)
+            h.addRow(-inf, limit, len(idx), idx, coef[nz])
 
 
 def _seed(

@@ -170,6 +170,50 @@ def test_rejects_unhealthy_gpu(api, ans, testbed) -> None:
         client.CoreV1Api(api).delete_node(spec.name)
 
 
+def test_rejects_a_node_without_cpu_for_the_pod_until_the_hog_leaves(api, ans, testbed) -> None:
+    """kube-scheduler's NodeResourcesFit: a CPU hog (no GPU) fills a node's 64 CPUs; a placement
+    there for a pod that requests 500m is refused with the shortfall, and accepted once it leaves."""
+    from testbed.gpu_nodes import NodeSpec
+
+    core = client.CoreV1Api(api)
+    spec = NodeSpec(f"busy-{ans[-6:]}", gpus=2)
+    testbed.add_nodes([spec])
+
+    def bare(name: str, node: str, cpu: str) -> dict:
+        return {
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+                ],
+            },
+        }
+
+    body = placement("x", "x-000001", {"app": "needy"}, spec.name, ["gpu-0/30"])
+
+    def verdict() -> str:
+        try:
+            create_placement(api, ans, body, dry_run="All")
+            return "accepted"
+        except ApiException as e:
+            return str(json.loads(e.body)["message"])
+
+    try:
+        wait_for("node in the agent cache", lambda: _node_known(api, ans, spec.name), 20)
+        core.create_namespaced_pod(ans, bare("needy", testbed.nodes[0].name, "500m"))
+        core.create_namespaced_pod(ans, bare("hog", spec.name, "64"))
+        msg = wait_for("the hog counted", lambda: (m := verdict()) != "accepted" and m, 20)
+        assert msg.endswith(
+            f"denied the request: node {spec.name} has no room for the pod: Insufficient cpu (0 free, 500m requested)"
+        ), msg
+        core.delete_namespaced_pod("hog", ans, grace_period_seconds=0)
+        wait_for("the hog's CPU given back", lambda: verdict() == "accepted", 30)
+    finally:
+        core.delete_node(spec.name)
+
+
 def _node_known(api, ns, node) -> bool:
     try:
         create_placement(api, ns, placement("probe", "probe-0001", {"app": "probe"}, node, ["gpu-0"]), dry_run="All")

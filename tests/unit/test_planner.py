@@ -187,6 +187,27 @@ def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
     replay(s, p.moves)
 
 
+@pytest.mark.parametrize(("cpu", "gain"), [("20", 1), ("40", 0)])
+def test_the_milp_counts_node_cpu_as_the_planner_does(cpu: str, gain: int) -> None:
+    """Two 64-CPU nodes, one pod each (40% and 30% of a GPU): merging them frees a GPU unless the
+    two pods' CPU requests overflow either node; the relaxations without node rows still say 1."""
+    pytest.importorskip("highspy")
+    from hami_place_core.planner_bounds import milp_bound, node_room_bound
+
+    pods = [pod("a", "n1", (0,), 40), pod("b", "n2", (0,), 30)]
+    for p in pods:
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    s = state_of([node("n1", 1), node("n2", 1)], pods)
+    p = plan(s)
+    best = milp_bound(s, time_limit=60, start=p.moves)
+    pb = pattern_bound(s)
+    assert best.optimal and best.gain == p.gpus_freed == gain
+    assert pb is not None and pb.gain == l2_bound(s).gain == 1
+    # The aggregated bound counts node CPU too: here it is exact.
+    assert node_room_bound(s).gain == gain
+    replay(s, p.moves)
+
+
 # ---- constraints ------------------------------------------------------------------------------------
 def _two_node_case(target_node: dict[str, Any], mover: dict[str, Any]) -> ClusterState:
     devmem = ann.decode_register(target_node["metadata"]["annotations"][ann.NODE_REGISTER]).devices[0].devmem
