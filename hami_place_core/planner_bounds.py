@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hami_place_core.fit import gpu_fit_reason
@@ -443,6 +443,8 @@ class MilpResult:
     optimal: bool
     bound_gain: int  # the solver's bound on the gain (== gain when optimal)
     seconds: float
+    # pod key -> the GPU UUID it ends on, for the pods the fewest-moves solution moves
+    assignment: Mapping[str, str] = field(default_factory=dict)
 
 
 def milp_bound(
@@ -559,6 +561,7 @@ def milp_bound(
     gain = (n_g - used - free_now) if used is not None else 0
     bound_gain = n_g - bound_used - free_now
     moves = None
+    assignment: dict[str, str] = {}
     if optimal and used is not None:
         # Second stage: fewest moves among the assignments that free as many GPUs.
         h.addRow(-inf, float(used), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
@@ -570,7 +573,13 @@ def milp_bound(
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             moves = round(h.getInfo().objective_function_value)
-    return MilpResult(gain, moves, optimal, bound_gain, time.perf_counter() - started)
+            values = h.getSolution().col_value
+            assignment = {
+                movers[m].key: uuids[g]
+                for j, (m, g, _, _, home) in enumerate(cols)
+                if not home and values[x0 + j] > 0.5
+            }
+    return MilpResult(gain, moves, optimal, bound_gain, time.perf_counter() - started, assignment)
 
 
 def _mover(state: ClusterState, alloc: PodAllocation, options: PlanOptions, counted: Mapping[str, Any]) -> bool:

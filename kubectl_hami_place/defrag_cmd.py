@@ -119,7 +119,8 @@ def _describe(m: Any) -> str:
     frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
     to = ",".join(m.gpu_devices)
     frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
-    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {to} ({m.reason}{frees})"
+    takes = f"; takes {', '.join(m.takes)}" if m.takes else ""
+    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {to} ({m.reason}{frees}{takes})"
 
 
 def _summary(kube: Any, start: Any, done: int, selector: str | None) -> None:

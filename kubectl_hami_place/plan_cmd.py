@@ -144,7 +144,8 @@ def _headline(result: Any) -> str:
 def describe(m: Any) -> str:
     frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
     frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
-    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {','.join(m.gpu_devices)} ({m.reason}{frees})"
+    takes = f"; takes {', '.join(m.takes)}" if m.takes else ""
+    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {','.join(m.gpu_devices)} ({m.reason}{frees}{takes})"
 
 
 def render_plan(result: Any, source: str) -> str:

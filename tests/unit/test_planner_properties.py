@@ -99,6 +99,11 @@ def assert_valid_and_respectful(state: ClusterState, options: PlanOptions) -> No
     # Independent replay: usage per GPU by hand, Fit and capacity at every step.
     usage = {u: (x.used, x.usedmem, x.usedcores) for n in state.nodes.values() for u, x in n.usage.items()}
     where = {k: dict(a.per_gpu) for k, a in state.pods.items()}
+    # Node CPU by hand: allocatable minus every pod's request, moved with the pod.
+    cpu = {n: s.allocatable.cpu for n, s in state.nodes.items() if s.allocatable is not None}
+    for node_name, want in state.pod_requests.values():
+        if node_name in cpu:
+            cpu[node_name] -= want.cpu
     moved: dict[str, int] = {}
     for m in p.moves:
         alloc = state.pods[m.pod]
@@ -112,6 +117,11 @@ def assert_valid_and_respectful(state: ClusterState, options: PlanOptions) -> No
         wl = f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}"
         moved[wl] = moved.get(wl, 0) + 1
         assert moved[wl] <= options.limit_of(wl)
+        if m.to_node != m.from_node and m.to_node in cpu:
+            want = state.pod_requests[m.pod][1].cpu
+            cpu[m.to_node] -= want
+            cpu[m.from_node] = cpu.get(m.from_node, 0) + want
+            assert cpu[m.to_node] >= 0, (m, cpu[m.to_node])
         for u, (slots, mem, cores) in where[m.pod].items():
             a, b, c = usage[u]
             usage[u] = (a - slots, b - mem, c - cores)
@@ -132,7 +142,8 @@ def assert_valid_and_respectful(state: ClusterState, options: PlanOptions) -> No
     if options.max_moves is not None:
         assert len(p.moves) <= options.max_moves
     if options.objective == "free-gpus":
-        assert p.gpus_freed == len({f for m in p.moves for f in m.frees}) >= 0
+        frees, takes = {f for m in p.moves for f in m.frees}, {t for m in p.moves for t in m.takes}
+        assert p.gpus_freed == len(frees) - len(takes) >= 0 and not frees & takes
     # Deterministic: the same input again, and the same objects in another order, give the same plan.
     assert plan(state, options).moves == p.moves
 
