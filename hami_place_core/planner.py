@@ -1006,8 +1006,16 @@ def _fresh_gpus(engine: _Engine, patience: int = 16) -> None:
     if len(lone) < 2:
         return
     lone.sort(key=engine._size, reverse=True)
-    # A pod can share only with one small enough to sit beside it.
-    smallest = min(r.coresreq for p in lone if (r := engine.p_req[p]) is not None)
+    # Compute of the pods still alone, ascending: a pod opens a GPU only if one of the others is
+    # small enough to sit beside it (else the 81% pods, first in line, took every empty GPU in turn
+    # and failed, and the 47% ones behind them never got one).
+    sizes = sorted(r.coresreq for p in lone if (r := engine.p_req[p]) is not None)
+
+    def partner(size: int, room: int) -> bool:
+        i = bisect.bisect_left(sizes, size)
+        other = sizes[1] if i == 0 and len(sizes) > 1 and sizes[0] == size else sizes[0]
+        return len(sizes) > 1 and other <= room - size
+
     empties = [g for g in range(n) if engine.g_counts[g] and engine.g_use[g].used == 0 and not engine.g_locked[g]]
 
     def roomiest(g: int) -> tuple[int, int, int]:
@@ -1024,7 +1032,7 @@ def _fresh_gpus(engine: _Engine, patience: int = 16) -> None:
         for p in list(lone):
             req = engine.p_req[p]
             assert req is not None
-            if not records and req.coresreq + smallest > d.devcore - engine.g_use[e].usedcores:
+            if not records and not partner(req.coresreq, d.devcore - engine.g_use[e].usedcores):
                 continue  # nothing could join it
             if engine.moves_made >= engine.max_moves or not engine.can_move(p):
                 continue
@@ -1037,6 +1045,9 @@ def _fresh_gpus(engine: _Engine, patience: int = 16) -> None:
         idle = 0
         for p, origin, _, _ in records:
             lone.remove(p)
+            r = engine.p_req[p]
+            assert r is not None
+            del sizes[bisect.bisect_left(sizes, r.coresreq)]
             engine.p_reason[p] = f"empty {engine.label(origin[0])}, sharing an empty GPU of a roomier node"
 
 

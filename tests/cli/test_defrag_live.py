@@ -176,3 +176,89 @@ def test_plan_then_defrag_apply_frees_exactly_the_planned_gpus(live: Live, fragm
     )["items"]
     assert sorted(p["status"]["phase"] for p in placements) == ["Completed"] * moves
     assert all(p["spec"].get("evictPod") for p in placements)
+
+
+def _preferring(slot_key: str, slot: str) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {"matchExpressions": [{"key": slot_key, "operator": "In", "values": [slot]}]},
+                }
+            ]
+        }
+    }
+
+
+def test_plan_and_defrag_avoid_a_node_without_cpu(live: Live) -> None:
+    """kube-scheduler's NodeResourcesFit, end to end: two one-GPU nodes hold a 20% and a 30% slice.
+    The planner empties the lighter GPU into the other, until a CPU hog leaves the other node no
+    CPU: then it moves the 30% slice the other way, and defrag executes exactly that move."""
+    api, ns = live.api, live.agents.namespace("room")
+    label = {"room-pool": ns}
+    light, busy = (f"{ns[:48]}-{k}" for k in ("light", "busy"))
+    nodes = [NodeSpec(n, gpus=1, labels={**label, "room-slot": n}) for n in (light, busy)]
+    live.testbed.add_nodes(nodes)
+    standin = AllocationStandIn(api, {ns}, choose_gpus=True).start()
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sel = f"room-pool={ns}"
+    try:
+        for name, pct, node in (("small", "20", light), ("large", "30", busy)):
+            body = deployment(
+                name, replicas=1, extra_limits={"nvidia.com/gpumem-percentage": pct, "nvidia.com/gpucores": pct}
+            )
+            spec = body["spec"]["template"]["spec"]
+            spec["nodeSelector"] = label
+            spec["affinity"] = _preferring("room-slot", node)  # a preference: it does not bind the planner
+            spec["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+            apps.create_namespaced_deployment(ns, body)
+
+        def placed() -> dict[str, str]:
+            pods = running_pods(core, ns, "app")
+            done = {
+                p.metadata.labels["app"]: p.spec.node_name
+                for p in pods
+                if "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
+            }
+            return done if len(done) == 2 else {}
+
+        assert wait_for("both slices Running with HAMi allocations", placed, 120) == {"small": light, "large": busy}
+        assert whole_free(live, sel) == 0
+
+        def planned() -> list[tuple[str, str, str, list[str]]]:
+            r = live.run("plan", "-l", sel, "-o", "json")
+            assert r.returncode == 0, r.stderr
+            return [
+                (m["pod"].split("/")[1].split("-")[0], m["from"]["node"], m["to"]["node"], m["frees"])
+                for m in json.loads(r.stdout)["moves"]
+            ]
+
+        assert planned() == [("small", light, busy, [f"{light}/gpu-0"])]
+        # The node has 64 CPUs; the large slice requests 0.5 of them: the hog takes the rest.
+        hog = {
+            "metadata": {"name": "cpu-hog"},
+            "spec": {
+                "nodeName": busy,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "63500m"}}}
+                ],
+            },
+        }
+        core.create_namespaced_pod(ns, hog)
+        assert planned() == [("large", busy, light, [f"{busy}/gpu-0"])]
+
+        applied = live.run("defrag", "-l", sel, "--apply", "--timeout", "120s", timeout=300)
+        assert applied.returncode == 0, (applied.stdout, applied.stderr)
+        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 moves; whole GPUs free 0 -> 1,")
+        assert wait_for("the large slice moved", lambda: (p := placed()) and p["large"] == light and p, 60) == {
+            "small": light,
+            "large": light,
+        }
+        assert whole_free(live, sel) == 1
+    finally:
+        standin.stop()
+        for spec in nodes:
+            with contextlib.suppress(Exception):
+                core.delete_node(spec.name)
