@@ -984,37 +984,41 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     return second
 
 
-def _fresh_gpus(engine: _Engine, patience: int = 16) -> None:
-    """Pods alone on their GPU that found no room in a used GPU (on busy nodes, mostly for want of
-    node CPU or memory) may still share an empty GPU of a roomy node: k of them there empty k GPUs
-    and take one, k - 1 GPUs for k moves. First fit decreasing into the empty GPUs, roomiest node
-    first; a GPU that would take fewer than two is left empty. Gives up after `patience` empty GPUs
-    in a row that took nobody (the rest are alike or worse)."""
+def _fresh_gpus(engine: _Engine, patience: int = 16, most_pods: int = 2) -> None:
+    """GPUs of a few pods (at most `most_pods`) that could not be emptied into used GPUs (on busy
+    nodes, mostly for want of node CPU or memory) may still be emptied *together* into an empty
+    GPU of a roomy node: k of them there free k GPUs and take one, k - 1 GPUs for their pods'
+    moves. First fit decreasing by the GPUs' compute into the empty GPUs, roomiest node first; a
+    GPU is moved all or nothing, and an empty GPU that would take fewer than two stays empty.
+    Gives up after `patience` empty GPUs in a row that took nothing (the rest are alike or worse)."""
     n = len(engine.g_dev)
-    lone = [
-        p
+
+    def movable(p: int) -> bool:
+        r = engine.p_req[p]
+        return r is not None and r.nums == 1 and not engine.moved(p) and engine.can_move(p)
+
+    items = [
+        g
         for g in range(n)
         if engine.g_counts[g]
-        and len(engine.g_pods[g]) == 1
-        and (p := engine.g_pods[g][0]) is not None
-        and not engine.moved(p)
-        and engine.can_move(p)
-        and not engine.needs_empty_gpu(p)
-        and (r := engine.p_req[p]) is not None
-        and r.nums == 1
+        and 0 < len(engine.g_pods[g]) <= most_pods
+        and not engine.g_locked[g]
+        and all(movable(p) and not engine.needs_empty_gpu(p) for p in engine.g_pods[g])
     ]
-    if len(lone) < 2:
+    if len(items) < 2:
         return
-    lone.sort(key=engine._size, reverse=True)
-    # Compute of the pods still alone, ascending: a pod opens a GPU only if one of the others is
-    # small enough to sit beside it (else the 81% pods, first in line, took every empty GPU in turn
-    # and failed, and the 47% ones behind them never got one).
-    sizes = sorted(r.coresreq for p in lone if (r := engine.p_req[p]) is not None)
+    load = {g: engine.g_use[g].usedcores for g in items}
+    items.sort(key=lambda g: (-load[g], len(engine.g_pods[g]), g))
+    # Compute of the GPUs still waiting, ascending: one opens an empty GPU only if another is small
+    # enough to sit beside it (else the 81% pods, first in line, took every empty GPU in turn and
+    # failed, and the 47% ones behind them never got one).
+    sizes = sorted(load.values())
 
     def partner(size: int, room: int) -> bool:
-        i = bisect.bisect_left(sizes, size)
-        other = sizes[1] if i == 0 and len(sizes) > 1 and sizes[0] == size else sizes[0]
-        return len(sizes) > 1 and other <= room - size
+        if len(sizes) < 2:
+            return False
+        other = sizes[1] if sizes[0] == size else sizes[0]
+        return other <= room - size
 
     empties = [g for g in range(n) if engine.g_counts[g] and engine.g_use[g].used == 0 and not engine.g_locked[g]]
 
@@ -1025,30 +1029,39 @@ def _fresh_gpus(engine: _Engine, patience: int = 16) -> None:
     empties.sort(key=roomiest)
     idle = 0
     for e in empties:
-        if len(lone) < 2 or idle >= patience or engine.max_moves - engine.moves_made < 2:
+        if len(items) < 2 or idle >= patience or engine.max_moves - engine.moves_made < 2:
             return
         d = engine.g_dev[e]
-        records: list[_Record] = []
-        for p in list(lone):
-            req = engine.p_req[p]
-            assert req is not None
-            if not records and not partner(req.coresreq, d.devcore - engine.g_use[e].usedcores):
-                continue  # nothing could join it
-            if engine.moves_made >= engine.max_moves or not engine.can_move(p):
+        taken: list[tuple[int, list[_Record]]] = []
+        for g in items:
+            room = d.devcore - engine.g_use[e].usedcores
+            pods = sorted(engine.g_pods[g], key=engine._size, reverse=True)
+            if load[g] > room or (not taken and not partner(load[g], room)):
                 continue
-            if engine.fits(p, e, req, engine.eligible_nodes(p)):
+            if engine.max_moves - engine.moves_made < len(pods):
+                continue
+            records: list[_Record] = []
+            for p in pods:
+                req = engine.p_req[p]
+                assert req is not None
+                if not engine.can_move(p) or not engine.fits(p, e, req, engine.eligible_nodes(p)):
+                    break
                 records.append(engine.apply(p, (e,)))
-        if len(records) < 2:
-            engine.rollback(records)
+            if len(records) < len(pods):
+                engine.rollback(records)
+                continue
+            taken.append((g, records))
+        if len(taken) < 2:
+            for _, records in reversed(taken):
+                engine.rollback(records)
             idle += 1
             continue
         idle = 0
-        for p, origin, _, _ in records:
-            lone.remove(p)
-            r = engine.p_req[p]
-            assert r is not None
-            del sizes[bisect.bisect_left(sizes, r.coresreq)]
-            engine.p_reason[p] = f"empty {engine.label(origin[0])}, sharing an empty GPU of a roomier node"
+        for g, records in taken:
+            items.remove(g)
+            del sizes[bisect.bisect_left(sizes, load[g])]
+            for p, _, _, _ in records:
+                engine.p_reason[p] = f"empty {engine.label(g)}, sharing an empty GPU of a roomier node"
 
 
 # ---- fragmentation objective ----------------------------------------------------------------------
