@@ -1051,7 +1051,9 @@ def _fresh_gpus(engine: _Engine, patience: int = 16, most_pods: int = 2) -> None
                 engine.rollback(records)
                 continue
             taken.append((g, records))
-        if len(taken) < 2:
+        # k GPUs emptied for one taken: k - 1 freed, within max_moves_per_gpu moves each.
+        moves = sum(len(records) for _, records in taken)
+        if len(taken) < 2 or moves > max(1, engine.options.max_moves_per_gpu) * (len(taken) - 1):
             for _, records in reversed(taken):
                 engine.rollback(records)
             idle += 1
