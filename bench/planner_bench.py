@@ -564,7 +564,9 @@ def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, An
     proven = [r for r in rows if r["proven"]]
     got = sum(r["planner"] for r in proven)
     opt = sum(r["milp"] for r in proven)
-    reachable = [r for r in proven if r["milpOrderable"]]
+    # The MILP's optimum is reachable by a real plan where its own solution has a valid order, or
+    # where the planner's (ordered, valid) plan reaches it.
+    reachable = [r for r in proven if r["milpOrderable"] or r["planner"] == r["milp"]]
     return {
         "nodesPerInstance": args.milp_nodes,
         "instances": len(rows),
@@ -622,8 +624,8 @@ def table(report: dict[str, Any]) -> str:
         )
         if sub["orderable"]:
             lines.append(
-                f"\nOn the {sub['orderable']} instances where the MILP's solution can be put in a valid order "
-                f"(so its optimum is reachable): planner {sub['orderablePlannerFreed']} of "
+                f"\nOn the {sub['orderable']} instances where the MILP's optimum is reachable (its solution "
+                f"has a valid order, or the planner's plan reaches it): planner {sub['orderablePlannerFreed']} of "
                 f"{sub['orderableOptimumFreed']} GPUs "
                 f"({100 * sub['orderablePlannerFreed'] / max(1, sub['orderableOptimumFreed']):.1f}%)"
             )

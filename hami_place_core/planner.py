@@ -986,13 +986,19 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     return second
 
 
-def _fresh_gpus(engine: _Engine, patience: int = 16, most_pods: int = 2) -> None:
+def _fresh_gpus(
+    engine: _Engine,
+    patience: int = 16,
+    most_pods: int = 2,
+    accept: Callable[[list[_Record], int], bool] | None = None,
+) -> None:
     """GPUs of a few pods (at most `most_pods`) that could not be emptied into used GPUs (on busy
     nodes, mostly for want of node CPU or memory) may still be emptied *together* into an empty
     GPU of a roomy node: k of them there free k GPUs and take one, k - 1 GPUs for their pods'
     moves. First fit decreasing by the GPUs' compute into the empty GPUs, roomiest node first; a
     GPU is moved all or nothing, and an empty GPU that would take fewer than two stays empty.
-    Gives up after `patience` empty GPUs in a row that took nothing (the rest are alike or worse)."""
+    Gives up after `patience` empty GPUs in a row that took nothing (the rest are alike or worse).
+    `accept` (objective fragmentation) may veto a filled GPU, as it vetoes evacuations."""
     n = len(engine.g_dev)
 
     def movable(p: int) -> bool:
@@ -1055,7 +1061,11 @@ def _fresh_gpus(engine: _Engine, patience: int = 16, most_pods: int = 2) -> None
             taken.append((g, records))
         # k GPUs emptied for one taken: k - 1 freed, within max_moves_per_gpu moves each.
         moves = sum(len(records) for _, records in taken)
-        if len(taken) < 2 or moves > max(1, engine.options.max_moves_per_gpu) * (len(taken) - 1):
+        if (
+            len(taken) < 2
+            or moves > max(1, engine.options.max_moves_per_gpu) * (len(taken) - 1)
+            or (accept is not None and not accept([r for _, records in taken for r in records], e))
+        ):
             for _, records in reversed(taken):
                 engine.rollback(records)
             idle += 1
@@ -1115,6 +1125,7 @@ def _fragmentation(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> l
         return True
 
     _evacuations(engine, options, accept)
+    _fresh_gpus(engine, accept=accept)
     _single_moves(engine, options, fgd, committed)
     moves = engine.sequence()
     assert moves is not None  # built move by move, so the build order itself is valid
