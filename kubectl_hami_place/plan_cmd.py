@@ -159,7 +159,7 @@ def render_plan(result: Any, source: str) -> str:
                 m.pod,
                 f"{m.from_node} {','.join(f'gpu-{g}' for g in m.from_gpus)}",
                 f"{m.to_node} {','.join(m.gpu_devices)}",
-                m.reason + (" (frees it)" if m.frees else ""),
+                m.reason + (" (frees it)" if m.frees else "") + (f" (takes {', '.join(m.takes)})" if m.takes else ""),
             )
             for i, m in enumerate(result.moves, start=1)
         ]
