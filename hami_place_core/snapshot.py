@@ -18,7 +18,7 @@ from typing import Any
 from hami_place_core import annotations as ann
 from hami_place_core.examples import open_snapshot_text
 from hami_place_core.fragmentation import ClusterMetrics, free_share
-from hami_place_core.state import ClusterState, build_state
+from hami_place_core.state import TERMINAL_PHASES, ClusterState, build_state
 
 API_VERSION = "hami-place.io/v1alpha1"
 KIND = "ClusterSnapshot"
@@ -143,10 +143,8 @@ def _counted(pod: Mapping[str, Any], nodes: set[str]) -> bool:
     """HAMi placed it, or it takes CPU and memory on one of the snapshot's nodes."""
     if ((pod.get("metadata") or {}).get("annotations") or {}).get(ann.POD_VGPU_NODE):
         return True
-    return (pod.get("spec") or {}).get("nodeName") in nodes and (pod.get("status") or {}).get("phase") not in (
-        "Succeeded",
-        "Failed",
-    )
+    node = (pod.get("spec") or {}).get("nodeName")
+    return node in nodes and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
 
 
 def load_snapshot(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
