@@ -22,8 +22,9 @@ ones, and so on. In these passes a pod moves once and a GPU that received a pod 
 Every target node must have the CPU, memory and pod slot the pod requests (kube-scheduler's
 NodeResourcesFit). Where nodes are short of them, two steps follow: single moves of small pods into
 other GPUs' free compute, kept only where they empty a GPU or make the room another free needs; and
-pods alone on their GPU that found no place share an empty GPU of a roomy node, k of them freeing
-k - 1 GPUs (first fit decreasing; the first such move ``takes`` the GPU it opens).
+GPUs of one or two pods that could not be emptied are emptied together into an empty GPU of a roomy
+node, k of them freeing k - 1 GPUs (first fit decreasing; the first such move ``takes`` the GPU it
+opens).
 A last round repeats the passes with both allowed: a pod already moving may get another place at
 no extra move (or go home, saving one). Finally the moves are put in an order where each one
 fits when made (the order the places were chosen, always taking the first move that fits): every
@@ -190,8 +191,9 @@ class Plan:
 # Ejection chains: at most MAX_DEPTH pods moved on in a row to make room, EJECT_GROUP pods at most
 # taken off one GPU, and EJECT_SCAN nearly fitting GPUs looked at per level of depth before an
 # evacuation gives up (bounds the time). Over the seven openb benchmark states, 100, 150 and 300
-# free the same GPUs in all (1,074-1,076), 1,000 one more per state, at 1.2-1.5, 1.4-2.0, 1.6-2.5
-# and 3-6 s: where node CPU is tight, long scans seldom find a chain.
+# free as many GPUs in all (1,074-1,076), in 1.2-1.5, 1.4-2.0 and 1.6-2.5 s per state; on the
+# example 1,000 freed one more than 300 in twice the time. Where node CPU is tight, long scans
+# seldom find a chain.
 MAX_DEPTH = 3
 EJECT_SCAN = 100
 EJECT_GROUP = 2
