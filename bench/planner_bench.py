@@ -58,7 +58,7 @@ import openb_replay as replay
 
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
-from hami_place_core.node_resources import ZERO, Resources
+from hami_place_core.node_resources import Resources
 from hami_place_core.planner import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
 from hami_place_core.planner_bounds import (
     l2_bound,
@@ -104,12 +104,7 @@ class View:
     room: dict[str, Resources] = field(default_factory=dict)  # node -> CPU/memory/pod slots left
 
     def requests(self, key: str) -> Resources:
-        entry = self.state.pod_requests.get(key)
-        return entry[1] if entry is not None else ZERO
-
-    def room_for(self, key: str, node: str) -> bool:
-        """kube-scheduler's NodeResourcesFit, as the planner checks it: a pod moving in needs room."""
-        return self.room_for_at(key, self.node_of[self.at[key][0]], node)
+        return self.state.requests_of(key)
 
     @classmethod
     def of(cls, state: ClusterState, options: PlanOptions) -> View:
@@ -148,7 +143,7 @@ class View:
         ok = self.refusals.get((key, node))
         if ok is None:
             ok = self.refusals[(key, node)] = node_refusal(a, self.state.nodes[node]) is None
-        if not ok or uuid in self.at[key] or not self.room_for(key, node):
+        if not ok or uuid in self.at[key] or not self.room_for_at(key, self.node_of[self.at[key][0]], node):
             return False
         d = self.device(uuid)
         cordoned = self.state.nodes[node].cordoned
@@ -184,6 +179,7 @@ class View:
         )
 
     def room_for_at(self, key: str, here: str, node: str) -> bool:
+        """kube-scheduler's NodeResourcesFit, as the planner checks it: a pod moving in needs room."""
         free = self.room.get(node)
         return node == here or free is None or free.covers(self.requests(key))
 

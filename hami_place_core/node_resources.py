@@ -61,7 +61,6 @@ class Resources:
 
 
 ZERO = Resources()
-ONE_POD = Resources(pods=1)
 
 
 def format_cpu(milli: int) -> str:

@@ -295,9 +295,7 @@ class _Engine:
             m and r is not None and not (r.coresreq >= 100 or r.mem_percentage == 100)
             for m, r in zip(self.p_movable, self.p_req, strict=True)
         ]
-        self.p_res: list[Resources] = [
-            r[1] if (r := state.pod_requests.get(a.key)) is not None else ZERO for a in self.p_alloc
-        ]
+        self.p_res: list[Resources] = [state.requests_of(a.key) for a in self.p_alloc]
         self.g_sizes: list[list[int]] = [[] for _ in self.g_dev]  # compute of the pods on each GPU, largest first
         for g in range(len(self.g_dev)):
             self._sizes(g)

@@ -35,8 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import gpu_fit_reason
-from hami_place_core.node_resources import ONE_POD, ZERO, Resources
+from hami_place_core.node_resources import ZERO, Resources
 from hami_place_core.planner import Move, PlanOptions, apply_moves
 from hami_place_core.planner_constraints import (
     constraint_signature,
@@ -65,16 +66,9 @@ class Pool:
 
 def pool(state: ClusterState, options: PlanOptions | None = None) -> Pool:
     options = options or PlanOptions()
-    counted: dict[str, tuple[str, int, int]] = {}  # uuid -> (type, devcore, count)
-    whole_free = 0
-    for node in state.nodes.values():
-        if not node_schedulable(node):
-            continue
-        for d in node.devices:
-            if d.health and d.uuid not in node.cordoned:
-                counted[d.uuid] = (d.type, d.devcore, d.count)
-                if node.usage[d.uuid].used == 0:
-                    whole_free += 1
+    bins = _bins(state)
+    counted = {u: (d.type, d.devcore, d.count) for u, (_, d) in bins.items()}  # uuid -> (type, devcore, count)
+    whole_free = sum(1 for u, (name, _) in bins.items() if state.nodes[name].usage[u].used == 0)
     types = sorted({t for t, _, _ in counted.values()})
     exclusive: set[str] = set()
     pinned: set[str] = set()
@@ -235,13 +229,7 @@ def node_room_bound(state: ClusterState, options: PlanOptions | None = None, tim
     import numpy as np
 
     options = options or PlanOptions()
-    counted: dict[str, tuple[str, Any]] = {}
-    for name in sorted(state.nodes):
-        node = state.nodes[name]
-        if node_schedulable(node):
-            for d in node.devices:
-                if d.health and d.uuid not in node.cordoned:
-                    counted[d.uuid] = (name, d)
+    counted = _bins(state)
     exclusive: set[str] = set()
     for alloc in state.pods.values():
         cores = max((r.coresreq for r in alloc.request.gpu_containers), default=0)
@@ -277,7 +265,7 @@ def node_room_bound(state: ClusterState, options: PlanOptions | None = None, tim
             movers.add(key)
             for share, u in enumerate(sorted(on)):
                 cores = alloc.per_gpu[u][2]
-                res = _requests_of(state, key) if share == 0 else ZERO
+                res = state.requests_of(key) if share == 0 else ZERO
                 sig = (cores, res, constraint_signature(alloc), repr(alloc.request.selectors))
                 classes.setdefault(sig, []).append((alloc, cores, res))
             continue
@@ -386,7 +374,7 @@ def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOption
     if not p.uniform:
         raise ValueError("move_frontier needs GPUs of one devcore and count")
     configs: Counter[tuple[int, ...]] = Counter()
-    counted = _counted_uuids(state)
+    counted = {u: d.devcore for u, (_, d) in _bins(state).items()}
     on_gpu: dict[str, list[int]] = {}
     for alloc in state.pods.values():
         cores = max((r.coresreq for r in alloc.request.gpu_containers), default=0)
@@ -426,13 +414,16 @@ def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOption
     return out
 
 
-def _counted_uuids(state: ClusterState) -> dict[str, int]:
+def _bins(state: ClusterState) -> dict[str, tuple[str, GpuDevice]]:
+    """GPU UUID -> (node, device) for every GPU where an empty GPU counts as free (healthy, not
+    cordoned, on a Ready and schedulable node), by node name."""
     out = {}
-    for node in state.nodes.values():
+    for name in sorted(state.nodes):
+        node = state.nodes[name]
         if node_schedulable(node):
             for d in node.devices:
                 if d.health and d.uuid not in node.cordoned:
-                    out[d.uuid] = d.devcore
+                    out[d.uuid] = (name, d)
     return out
 
 
@@ -471,13 +462,7 @@ def milp_bound(
 
     started = time.perf_counter()
     options = options or PlanOptions()
-    counted: dict[str, tuple[str, Any]] = {}
-    for name in sorted(state.nodes):
-        node = state.nodes[name]
-        if node_schedulable(node):
-            for d in node.devices:
-                if d.health and d.uuid not in node.cordoned:
-                    counted[d.uuid] = (name, d)
+    counted = _bins(state)
     uuids = list(counted)
     gi = {u: i for i, u in enumerate(uuids)}
     fixed = {u: [0, 0, 0] for u in uuids}  # slots, mem, cores of pods that stay
@@ -511,7 +496,7 @@ def milp_bound(
     for m, alloc in enumerate(movers):
         req = alloc.request.gpu_containers[0]
         home = next(iter(alloc.per_gpu))
-        need = _requests_of(state, alloc.key)
+        need = state.requests_of(alloc.key)
         for u in uuids:
             name, d = counted[u]
             if u != home:
@@ -596,12 +581,6 @@ def _mover(state: ClusterState, alloc: PodAllocation, options: PlanOptions, coun
     )
 
 
-def _requests_of(state: ClusterState, key: str) -> Resources:
-    entry = state.pod_requests.get(key)
-    # A pod the state has no requests for still takes a pod slot (kube-scheduler counts every pod).
-    return entry[1] if entry is not None else ONE_POD
-
-
 def _scaled(q: Resources) -> tuple[float, float, float]:
     # Cores and GiB: bytes (1e11) next to counts (1) leave HiGHS a badly scaled matrix.
     return q.cpu / 1e3, q.memory / 2**30, float(q.pods)
@@ -633,7 +612,7 @@ def _node_rows(
 
     inf = h.getInfinity()
     room = _fixed_room(state, {a.key for a in movers})
-    need = [_requests_of(state, a.key) for a in movers]
+    need = [state.requests_of(a.key) for a in movers]
     by_node: dict[str, list[int]] = {}
     for j, (_, g, _, _, _) in enumerate(cols):
         by_node.setdefault(node_of_gpu[g], []).append(j)

@@ -107,6 +107,11 @@ class ClusterState:
     pod_requests: dict[str, tuple[str, Resources]] = field(default_factory=dict)
     requested: dict[str, Resources] = field(default_factory=dict)
 
+    def requests_of(self, key: str) -> Resources:
+        """What the pod asks of its node; nothing for a pod the state does not count (not bound, or done)."""
+        entry = self.pod_requests.get(key)
+        return entry[1] if entry is not None else Resources()
+
     def free_resources(self, node: str) -> Resources | None:
         """Allocatable minus what the node's pods request; None when the node states no allocatable."""
         n = self.nodes.get(node)
