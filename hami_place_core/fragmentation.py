@@ -19,7 +19,7 @@ it is unhealthy, since nothing can then be placed on it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,11 +223,17 @@ def mix_from_state(state: ClusterState) -> WorkloadMix:
     return WorkloadMix.from_tasks(t for a in state.pods.values() if (t := task_of(a.request)) is not None)
 
 
-def cluster_metrics(state: ClusterState, mix: WorkloadMix) -> ClusterMetrics:
+def cluster_metrics(
+    state: ClusterState, mix: WorkloadMix, same: ClusterMetrics | None = None, changed: Collection[str] = ()
+) -> ClusterMetrics:
+    """Metrics of every node and their total. With `same` (metrics of a state that differs from
+    this one only on the nodes in `changed`, for the same mix), other nodes' metrics are reused:
+    the planner's after-metrics touch a few hundred of 1,213 nodes."""
     total = NodeMetrics()
     per: dict[str, NodeMetrics] = {}
     bad = []
     fits = FitTable(mix)
+    reuse = same.nodes if same is not None and same.mix == mix else {}
     with gc_paused():
         for name, node in state.nodes.items():
             if not node.parseable:
@@ -235,7 +241,8 @@ def cluster_metrics(state: ClusterState, mix: WorkloadMix) -> ClusterMetrics:
                     bad.append(name)
                 if not node.devices:
                     continue
-            nm = node_metrics(node, mix, fits)
+            old = reuse.get(name)
+            nm = old if old is not None and name not in changed else node_metrics(node, mix, fits)
             per[name] = nm
             total.add(nm)
     return ClusterMetrics(nodes=per, total=total, mix=mix, unparseable_nodes=bad)

@@ -589,10 +589,6 @@ class _Engine:
     def candidates(self) -> list[int]:
         """GPUs worth emptying (every pod on them movable), cheapest first: fewest new moves, then
         the lightest GPU, then the lightest node."""
-        node_load: dict[str, float] = {}
-        for name, gids in self.node_gids.items():
-            total = sum(self.g_dev[g].devcore for g in gids)
-            node_load[name] = sum(self.g_use[g].usedcores for g in gids) / total if total else 0.0
         # can_move and needs_empty_gpu, inlined: this runs over every GPU once per pass.
         static, at, origin, workload = self.p_static, self.p_gids, self.p_origin, self.p_workload
         reroute, room_left = self.reroute, self.moves_made < self.max_moves
@@ -606,24 +602,34 @@ class _Engine:
             wl = workload[p]
             return room_left and (wl is None or used.get(wl, 0) < limit_of(wl))
 
-        out = []
-        counts, use, locked, pods = self.g_counts, self.g_use, self.g_locked, self.g_pods
-        for g in range(len(self.g_dev)):
-            if not counts[g] or use[g].used <= 0 or (locked[g] and not reroute):
-                continue
-            if all(movable(p) for p in pods[g]):
-                out.append(g)
-        d = self.g_dev
-        out.sort(
-            key=lambda g: (
-                sum(1 for p in self.g_pods[g] if not self.moved(p)),
-                len(self.g_pods[g]),
-                self.g_use[g].usedcores / d[g].devcore if d[g].devcore else 1.0,
-                node_load[self.g_node[g]],
-                g,
-            )
+        node_load: dict[str, float] = {}
+        keyed: list[tuple[int, int, float, float, int]] = []
+        counts, use, locked, pods, dev, g_node = (
+            self.g_counts,
+            self.g_use,
+            self.g_locked,
+            self.g_pods,
+            self.g_dev,
+            self.g_node,
         )
-        return out
+        for g in range(len(dev)):
+            u = use[g]
+            if not counts[g] or u.used <= 0 or (locked[g] and not reroute):
+                continue
+            here = pods[g]
+            if not all(movable(p) for p in here):
+                continue
+            name = g_node[g]
+            load = node_load.get(name)
+            if load is None:
+                gids = self.node_gids[name]
+                total = sum(dev[h].devcore for h in gids)
+                load = node_load[name] = sum(use[h].usedcores for h in gids) / total if total else 0.0
+            devcore = dev[g].devcore
+            fresh = sum(1 for p in here if at[p] == origin[p])
+            keyed.append((fresh, len(here), u.usedcores / devcore if devcore else 1.0, load, g))
+        keyed.sort()
+        return [k[4] for k in keyed]
 
     def kind_of(self, g: int) -> tuple[Any, ...]:
         """What decides whether GPU g can be emptied, but for where it is: its pods' requests,
@@ -974,7 +980,7 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     # The second phase gains little (nothing on most states) but can search far longer than the
     # first when node CPU and memory are tight: it may scan half as many GPUs as the first did
     # (and at least what one evacuation may, so a first phase that needed no scan leaves room).
-    engine.scan_limit = engine.scanned + max(engine.scanned // 2, EJECT_SCAN * MAX_DEPTH)
+    engine.scan_limit = engine.scanned + max(engine.scanned // 4, EJECT_SCAN * MAX_DEPTH)
     freed = len(engine.evacuated)
     _evacuations(engine, options, None)
     if len(engine.evacuated) == freed:
@@ -1043,9 +1049,11 @@ def _fresh_gpus(
         taken: list[tuple[int, list[_Record]]] = []
         for g in items:
             room = d.devcore - engine.g_use[e].usedcores
-            pods = sorted(engine.g_pods[g], key=engine._size, reverse=True)
+            if room < sizes[0]:
+                break  # no GPU still waiting is small enough
             if load[g] > room or (not taken and not partner(load[g], room)):
                 continue
+            pods = sorted(engine.g_pods[g], key=engine._size, reverse=True)
             if engine.max_moves - engine.moves_made < len(pods):
                 continue
             records: list[_Record] = []
@@ -1191,7 +1199,8 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
     else:
         moves = tuple(_fragmentation(engine, options, mix))
     before = cluster_metrics(state, mix)
-    after = cluster_metrics(apply_moves(state, moves), mix)
+    touched = {n for m in moves for n in (m.from_node, m.to_node)}
+    after = cluster_metrics(apply_moves(state, moves), mix, same=before, changed=touched)
     return Plan(
         objective=options.objective,
         moves=moves,
