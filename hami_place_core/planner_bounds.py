@@ -434,7 +434,8 @@ class MilpResult:
     optimal: bool
     bound_gain: int  # the solver's bound on the gain (== gain when optimal)
     seconds: float
-    # pod key -> the GPU UUID it ends on, for the pods the fewest-moves solution moves
+    # pod key -> the GPU UUID it ends on, for the pods the fewest-moves solution moves (when
+    # `moves` is None, the best solution found in the time limit, if any)
     assignment: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -443,6 +444,7 @@ def milp_bound(
     options: PlanOptions | None = None,
     time_limit: float = 60.0,
     start: Sequence[Move] = (),
+    forbid: Sequence[Mapping[str, str]] = (),
 ) -> MilpResult:
     """The most GPUs any reassignment of the movable sharing pods frees, and the fewest moves for it.
 
@@ -454,6 +456,8 @@ def milp_bound(
     then minimise the pods not on their own GPU. Multi-GPU and exclusive pods stay where they are.
     Meant for small states (tens of nodes). `start` (a plan's moves) seeds the solver with a
     feasible assignment; it changes how fast the optimum is found, never what it is.
+    `forbid` excludes final assignments (pod key -> GPU UUID of the pods that move, as in
+    `MilpResult.assignment`), each exactly: the bench excludes those whose moves have no valid order.
     """
     import time
 
@@ -530,6 +534,14 @@ def milp_bound(
     for j, (_, g, _, _, _) in enumerate(cols):  # x[p,g] <= y[g]: tightens the LP relaxation
         h.addRow(-inf, 0, 2, np.array([x0 + j, g], dtype=np.int32), np.array([1.0, -1.0]))
     _node_rows(h, state, movers, cols, [counted[u][0] for u in uuids], x0)
+    for banned in forbid:
+        # No-good: not every mover where `banned` puts it (the others at home) at once.
+        chosen = [
+            x0 + j
+            for j, (m, g, _, _, home) in enumerate(cols)
+            if banned.get(movers[m].key) == uuids[g] or (home and movers[m].key not in banned)
+        ]
+        h.addRow(-inf, float(len(movers) - 1), len(chosen), np.array(chosen, dtype=np.int32), np.ones(len(chosen)))
     cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
     if cut is not None and cut.proven:
         # A valid cut: the bins can never be fewer than the pattern relaxation's optimum.
@@ -558,6 +570,9 @@ def milp_bound(
         h.run()
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             moves = round(h.getInfo().objective_function_value)
+        # Unproven, the second stage's incumbent still frees the most GPUs (its row says so): the
+        # bench checks its order too.
+        if moves is not None or h.getInfo().primal_solution_status == 2:
             values = h.getSolution().col_value
             assignment = {
                 movers[m].key: uuids[g]
