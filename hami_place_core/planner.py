@@ -221,6 +221,7 @@ class _Engine:
         self.g_pods: list[list[int]] = []
         self.g_counts: list[bool] = []  # an empty GPU here counts as a whole free GPU
         self.g_locked: list[bool] = []  # received a pod (first phase: never emptied afterwards)
+        self.g_seed: list[bool] = []  # an empty GPU offered as a target (see _seeded)
         self.node_gids: dict[str, list[int]] = {}
         gid_of: dict[str, int] = {}
         for name in sorted(state.nodes):
@@ -238,6 +239,7 @@ class _Engine:
                 self.g_pods.append([])
                 self.g_counts.append(ok and d.health and d.uuid not in node.cordoned)
                 self.g_locked.append(False)
+                self.g_seed.append(False)
             self.node_gids[name] = ids
         self.p_alloc: list[PodAllocation] = []
         self.p_origin: list[tuple[int, ...]] = []
@@ -344,7 +346,7 @@ class _Engine:
         return self.g_dev[g].devcore - self.g_use[g].usedcores
 
     def _open(self, g: int) -> bool:
-        return self.g_counts[g] and self.g_use[g].used > 0
+        return self.g_counts[g] and (self.g_use[g].used > 0 or self.g_seed[g])
 
     def _index(self, g: int) -> None:
         old = self.g_entry[g]
@@ -983,6 +985,8 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     engine.scan_limit = engine.scanned + max(engine.scanned // 4, EJECT_SCAN * MAX_DEPTH)
     freed = len(engine.evacuated)
     _evacuations(engine, options, None)
+    engine.reroute = False
+    _seeded(engine, options)
     if len(engine.evacuated) == freed:
         return first
     second = engine.sequence()
@@ -1084,6 +1088,74 @@ def _fresh_gpus(
             del sizes[bisect.bisect_left(sizes, load[g])]
             for p, _, _, _ in records:
                 engine.p_reason[p] = f"empty {engine.label(g)}, sharing an empty GPU of a roomier node"
+
+
+def _seeded(engine: _Engine, options: PlanOptions, patience: int = 4, most_pods: int = 2, tries: int = 40) -> None:
+    """Evacuations that may use one empty GPU `e` of a roomy node as a target, kept if `e` so taken
+    lets at least two GPUs empty. Pairing (above) moves whole GPUs into an empty one; this also
+    covers a GPU split between `e` and another GPU, and a pod ejected into `e` to make room for a
+    larger one that frees its own GPU (a 46% and a 47% pod share `e`, and the 47%'s place takes a
+    65% pod). GPUs of at most `most_pods` pods whose pods may go to `e`'s node, heaviest first
+    (first fit decreasing into `e`), `tries` of them per empty GPU, each with one extra move for a
+    chain; one empty GPU per node and GPU model; gives up after `patience` empty GPUs in a row that
+    were not worth taking. Found nothing on the full openb states (pairing got there first) but
+    frees a GPU on small clusters, for the cost of a few failed evacuations."""
+    cap = max(1, options.max_moves_per_gpu)
+    if cap < 2:
+        return
+    empties = [
+        g
+        for g in range(len(engine.g_dev))
+        if engine.g_counts[g] and engine.g_use[g].used == 0 and not engine.g_locked[g]
+    ]
+
+    def roomiest(g: int) -> tuple[int, int, int]:
+        cpu, mem = engine._node_room(engine.g_node[g])
+        return (-cpu, -mem, g)
+
+    empties.sort(key=roomiest)
+    seen: set[tuple[str, str, int]] = set()
+    idle = 0
+    for e in empties:
+        d, node = engine.g_dev[e], engine.g_node[e]
+        if (node, d.type, d.devmem) in seen:
+            continue
+        seen.add((node, d.type, d.devmem))
+        if idle >= patience or engine.max_moves - engine.moves_made < 3:
+            return
+        items = [
+            x
+            for x in engine.candidates()
+            if len(engine.g_pods[x]) <= most_pods
+            and all(
+                not engine.moved(p) and ((ns := engine.eligible_nodes(p)) is None or node in ns)
+                for p in engine.g_pods[x]
+            )
+        ]
+        items.sort(key=lambda x: (-engine.g_use[x].usedcores, x))
+        engine.g_seed[e] = True
+        engine._index(e)
+        mark, base = len(engine.evacuated), engine.moves_made
+        records: list[_Record] = []
+        for x in items[:tries]:
+            if engine.moves_made >= engine.max_moves:
+                break
+            if not engine._open(x) or engine.g_locked[x]:
+                continue
+            done = engine.evacuate(x, 1, len(engine.g_pods[x]) + 1)
+            if done is not None:
+                records.extend(done[1])
+        engine.g_seed[e] = False
+        freed = len(engine.evacuated) - mark
+        moves = engine.moves_made - base
+        # Evacuations that left `e` alone stand on their own; with `e` taken, only a net gain.
+        if not engine.g_pods[e] or (freed >= 2 and moves <= cap * (freed - 1)):
+            idle = 0 if freed else idle + 1
+        else:
+            engine.rollback(records)
+            del engine.evacuated[mark:]
+            idle += 1
+        engine._index(e)
 
 
 # ---- fragmentation objective ----------------------------------------------------------------------

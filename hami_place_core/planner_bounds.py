@@ -445,6 +445,7 @@ def milp_bound(
     time_limit: float = 60.0,
     start: Sequence[Move] = (),
     forbid: Sequence[Mapping[str, str]] = (),
+    fewest_moves: bool = True,
 ) -> MilpResult:
     """The most GPUs any reassignment of the movable sharing pods frees, and the fewest moves for it.
 
@@ -458,6 +459,8 @@ def milp_bound(
     feasible assignment; it changes how fast the optimum is found, never what it is.
     `forbid` excludes final assignments (pod key -> GPU UUID of the pods that move, as in
     `MilpResult.assignment`), each exactly: the bench excludes those whose moves have no valid order.
+    Without `fewest_moves` the second stage is skipped (`moves` is None) and `assignment` is the
+    first stage's solution: deterministic, where a time-limited second stage is not.
     """
     import time
 
@@ -559,7 +562,12 @@ def milp_bound(
     bound_gain = n_g - bound_used - free_now
     moves = None
     assignment: dict[str, str] = {}
-    if optimal and used is not None:
+    if optimal and used is not None and not fewest_moves:
+        values = h.getSolution().col_value
+        assignment = {
+            movers[m].key: uuids[g] for j, (m, g, _, _, home) in enumerate(cols) if not home and values[x0 + j] > 0.5
+        }
+    elif optimal and used is not None:
         # Second stage: fewest moves among the assignments that free as many GPUs.
         h.addRow(-inf, float(used), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
         h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))

@@ -232,6 +232,39 @@ def test_lone_pods_on_cpu_full_nodes_share_an_empty_gpu_of_a_roomy_node() -> Non
     assert f"(frees it) (takes {taken})" in render_plan(p, "test")
 
 
+def test_an_empty_gpu_takes_a_split_gpu_and_a_pod_ejected_for_a_larger_one() -> None:
+    """n1-n3 have no CPU left. n1/gpu-0 empties only if its 46% pod goes to n4's empty GPU (its 32%
+    one fits n1/gpu-1); n3's 65% pod fits nowhere, but n2/gpu-0 takes it once its 47% pod leaves
+    for that same empty GPU. Four moves free two GPUs and take one; pairing whole GPUs cannot."""
+    nodes = [node("n1", 2), node("n2", 1), node("n3", 1), node("n4", 1)]
+    for n, cpu in zip(nodes, ("12", "8", "4", "64"), strict=True):
+        n["status"]["allocatable"]["cpu"] = cpu
+    pods = [
+        pod("a", "n1", (0,), 46),
+        pod("b", "n1", (0,), 32),
+        pod("c", "n1", (1,), 60),
+        pod("d", "n2", (0,), 47),
+        pod("f", "n2", (0,), 30, owner=None),  # no controller: stays
+        pod("g", "n3", (0,), 65),
+    ]
+    for p in pods:
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4"}
+    s = state_of(nodes, pods)
+    p = plan(s)
+    assert p.gpus_freed == 1 and len(p.moves) == 4
+    assert sorted(f for m in p.moves for f in m.frees) == ["n1/gpu-0", "n3/gpu-0"]
+    assert [t for m in p.moves for t in m.takes] == ["n4/gpu-0"]
+    assert {m.name: (m.to_node, m.to_gpus) for m in p.moves} == {
+        "a": ("n4", (0,)),
+        "b": ("n1", (1,)),
+        "d": ("n4", (0,)),
+        "g": ("n2", (0,)),
+    }
+    replay(s, p.moves)
+    # Within one move per GPU there is no net gain to be had.
+    assert plan(s, PlanOptions(max_moves_per_gpu=1)).gpus_freed == 0
+
+
 # ---- constraints ------------------------------------------------------------------------------------
 def _two_node_case(target_node: dict[str, Any], mover: dict[str, Any]) -> ClusterState:
     devmem = ann.decode_register(target_node["metadata"]["annotations"][ann.NODE_REGISTER]).devices[0].devmem
