@@ -26,10 +26,11 @@ GPUs of one or two pods that could not be emptied are emptied together into an e
 node, k of them freeing k - 1 GPUs (first fit decreasing; the first such move ``takes`` the GPU it
 opens).
 A last round repeats the passes with both allowed: a pod already moving may get another place at
-no extra move (or go home, saving one). Finally the moves are put in an order where each one
-fits when made (the order the places were chosen, always taking the first move that fits): every
-prefix of the plan is valid, and the cheap frees come first. If no such order exists, the plan of
-the first round is kept.
+no extra move (or go home, saving one). Then an empty GPU of a roomy node may be offered as a
+target to a few more evacuations, kept where two GPUs or more empty (:func:`_seeded`). Finally
+the moves are put in an order where each one fits when made (the order the places were chosen,
+always taking the first move that fits): every prefix of the plan is valid, and the cheap frees
+come first. If no such order exists, the plan of the first round is kept.
 
 **Objective ``fragmentation``.** The same evacuations, committed only when they lower the FGD
 fragmentation of the workload mix (:mod:`hami_place_core.fragmentation`) by at least
