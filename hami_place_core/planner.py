@@ -979,7 +979,7 @@ def _free_gpus(engine: _Engine, options: PlanOptions, mix: WorkloadMix) -> list[
     # Where nodes are short of CPU or memory, many GPUs cannot be emptied all at once, but single
     # moves into other GPUs' slack (each lowering FGD) still empty some, and GPUs of one or two
     # pods can empty together into an empty GPU of a roomy node: on the openb example the
-    # evacuations free 98 GPUs, single moves 56 more, pairing 26 and the second phase 13.
+    # evacuations free 100 GPUs, single moves 54 more, pairing 26 and the second phase 14.
     fgd = _Fgd(engine, mix)
     _single_moves(engine, options, fgd, {n: fgd.node(n) for n in engine.node_gids}, only_frees=True)
     _fresh_gpus(engine)
