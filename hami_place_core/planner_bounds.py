@@ -561,13 +561,8 @@ def milp_bound(
     gain = (n_g - used - free_now) if used is not None else 0
     bound_gain = n_g - bound_used - free_now
     moves = None
-    assignment: dict[str, str] = {}
-    if optimal and used is not None and not fewest_moves:
-        values = h.getSolution().col_value
-        assignment = {
-            movers[m].key: uuids[g] for j, (m, g, _, _, home) in enumerate(cols) if not home and values[x0 + j] > 0.5
-        }
-    elif optimal and used is not None:
+    solved = optimal and used is not None and not fewest_moves  # the first stage's solution is the answer
+    if optimal and used is not None and fewest_moves:
         # Second stage: fewest moves among the assignments that free as many GPUs.
         h.addRow(-inf, float(used), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
         h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
@@ -580,13 +575,13 @@ def milp_bound(
             moves = round(h.getInfo().objective_function_value)
         # Unproven, the second stage's incumbent still frees the most GPUs (its row says so): the
         # bench checks its order too.
-        if moves is not None or h.getInfo().primal_solution_status == 2:
-            values = h.getSolution().col_value
-            assignment = {
-                movers[m].key: uuids[g]
-                for j, (m, g, _, _, home) in enumerate(cols)
-                if not home and values[x0 + j] > 0.5
-            }
+        solved = moves is not None or h.getInfo().primal_solution_status == 2
+    assignment: dict[str, str] = {}
+    if solved:
+        values = h.getSolution().col_value
+        assignment = {
+            movers[m].key: uuids[g] for j, (m, g, _, _, home) in enumerate(cols) if not home and values[x0 + j] > 0.5
+        }
     return MilpResult(gain, moves, optimal, bound_gain, time.perf_counter() - started, assignment)
 
 

@@ -265,6 +265,23 @@ def test_an_empty_gpu_takes_a_split_gpu_and_a_pod_ejected_for_a_larger_one() -> 
     assert plan(s, PlanOptions(max_moves_per_gpu=1)).gpus_freed == 0
 
 
+def test_gpus_of_cpu_full_nodes_are_emptied_before_those_of_a_roomy_node() -> None:
+    """a and b sit alone on CPU-full nodes; r has CPU and two GPUs at 47%, as a and b are. Emptying
+    r/gpu-0 into r/gpu-1 first would free one GPU and leave a and b nowhere to go; a and b into r's
+    two GPUs free two, one move each (best fit only, so pairing cannot make up for it)."""
+    nodes = [node("a", 1), node("b", 1), node("r", 4)]
+    for n, cpu in zip(nodes, ("4", "4", "64"), strict=True):
+        n["status"]["allocatable"]["cpu"] = cpu
+    pods = [pod("pa", "a", (0,), 47), pod("pb", "b", (0,), 47), pod("r0", "r", (0,), 47), pod("r1", "r", (1,), 47)]
+    for p in pods:
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4"}
+    s = state_of(nodes, pods)
+    p = plan(s, PlanOptions(max_moves_per_gpu=1))
+    assert p.gpus_freed == 2 and sorted(m.name for m in p.moves) == ["pa", "pb"]
+    assert sorted(m.to_gpus for m in p.moves) == [(0,), (1,)] and {m.to_node for m in p.moves} == {"r"}
+    replay(s, p.moves)
+
+
 # ---- constraints ------------------------------------------------------------------------------------
 def _two_node_case(target_node: dict[str, Any], mover: dict[str, Any]) -> ClusterState:
     devmem = ann.decode_register(target_node["metadata"]["annotations"][ann.NODE_REGISTER]).devices[0].devmem
@@ -489,12 +506,12 @@ def test_deterministic_and_independent_of_input_order() -> None:
     assert json.dumps(first.as_dict()["moves"]) == json.dumps(again.as_dict()["moves"])
 
 
-def test_the_shipped_example_plans_fast_and_valid() -> None:
+def test_the_shipped_example_plans_valid() -> None:
     nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
     s = build_state(nodes, pods)
     p = plan(s)
-    assert p.seconds < 30  # 3-5 s on the 2-core reference machine (docs/benchmarks.md); generous for slow CI
-    # Half the moves of a plan that ignored node CPU and memory did not fit (test below); 193 do.
+    # Its time is measured by bench/planner_bench.py (docs/benchmarks.md), not asserted here.
+    # Half the moves of a plan that ignored node CPU and memory did not fit (test below); 194 do.
     assert p.gpus_freed >= 190 and len(p.moves) <= 2 * p.gpus_freed
     assert not check_moves(s, list(p.moves))
     frees, takes = {f for m in p.moves for f in m.frees}, {t for m in p.moves for t in m.takes}
