@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -64,6 +65,7 @@ from hami_place_core.planner_bounds import (
     MilpResult,
     l2_bound,
     milp_bound,
+    most_gain_at_rate,
     move_frontier,
     node_room_bound,
     pattern_bound,
@@ -76,6 +78,7 @@ from hami_place_core.state import ClusterState, build_state
 
 CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
 EFFICIENT = 1.3  # moves per freed GPU for the prefix row
+TARGET_SHARE = 0.92  # the target: this share of the bound's gain at most EFFICIENT moves per GPU
 
 
 @dataclass
@@ -480,10 +483,19 @@ def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> di
         evaluate(state, mix, r, options)
     l2, pat = l2_bound(state), pattern_bound(state)
     room = node_room_bound(state, time_limit=args.milp_time)
-    frontier = {}
+    frontier: dict[int, float] = {}
+    target: dict[str, Any] = {}
     if not args.no_frontier and pat is not None:
-        gains = sorted({p.gpus_freed, *(r.freed for r in results if r.freed > 0)})
+        # The target's gain, so its least moves per GPU shows whether any plan can meet it at all.
+        goal = math.ceil(TARGET_SHARE * room.gain) if room.gain else 0
+        gains = sorted({p.gpus_freed, *(r.freed for r in results if r.freed > 0), *([goal] if goal else [])})
         frontier = move_frontier(state, gains)
+        most = most_gain_at_rate(state, EFFICIENT, pat.gain)
+        target = {
+            "gain": goal,
+            "minMovesPerGpu": round(frontier[goal] / goal, 3) if goal and math.isfinite(frontier[goal]) else None,
+            "mostAtRate": most,
+        }
     return {
         "state": label,
         "gpus": before.gpus,
@@ -496,6 +508,10 @@ def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> di
         "boundGain": room.gain,
         "boundProven": room.proven,
         "minMovesLp": {str(k): round(val, 1) for k, val in frontier.items()},
+        # LP lower bounds (no node room, no order: they hold for every plan): the fewest moves per
+        # GPU for TARGET_SHARE of the node-room bound, and the most GPUs any plan frees at no more
+        # than EFFICIENT moves per GPU.
+        "target": target,
         "results": [
             {
                 "method": r.method,
@@ -702,6 +718,14 @@ def table(report: dict[str, Any]) -> str:
             lines.append(
                 "\nLP lower bound on moves for a gain of "
                 + ", ".join(f"{k}: {v}" for k, v in sorted(s["minMovesLp"].items(), key=lambda kv: int(kv[0])))
+            )
+        t = s.get("target")
+        if t and t.get("gain"):
+            lines.append(
+                f"\nTarget check (LP, holds for every plan): {round(100 * TARGET_SHARE)}% of the bound is "
+                f"{t['gain']} GPUs and needs at least {t['minMovesPerGpu']} moves per GPU; at most {EFFICIENT} "
+                f"moves per GPU no plan frees more than {t['mostAtRate']} "
+                f"({100 * t['mostAtRate'] / max(1, s['boundGain']):.1f}% of the bound)"
             )
     sub = report.get("subsets")
     if sub:

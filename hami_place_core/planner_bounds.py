@@ -414,6 +414,22 @@ def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOption
     return out
 
 
+def most_gain_at_rate(state: ClusterState, rate: float, ceiling: int, options: PlanOptions | None = None) -> int:
+    """The most GPUs (up to `ceiling`, e.g. the pattern bound) any plan can free with at most `rate`
+    moves per freed GPU, by :func:`move_frontier`'s lower bound on moves (so, like it, for plans
+    that move single-GPU pods). That bound is an LP's optimum as a function of the gain asked for:
+    convex and 0 at 0, so moves per GPU never fall as the gain grows, and a binary search over the
+    gain finds the largest that stays within `rate`."""
+    lo, hi = 0, ceiling
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if move_frontier(state, [mid], options)[mid] <= rate * mid + 1e-6:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _bins(state: ClusterState) -> dict[str, tuple[str, GpuDevice]]:
     """GPU UUID -> (node, device) for every GPU where an empty GPU counts as free (healthy, not
     cordoned, on a Ready and schedulable node), by node name."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -184,6 +185,26 @@ def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
     assert best.optimal and pb is not None and pb.proven
     assert best.gain - 1 <= p.gpus_freed <= best.gain <= pb.gain <= l2_bound(s).gain
     assert (p.gpus_freed, best.gain) == (3, 4)
+    replay(s, p.moves)
+
+
+def test_the_move_bound_and_the_most_gpus_at_a_rate() -> None:
+    """A 25%+25% GPU between two 60% GPUs: the only GPU any plan can free takes two moves (either
+    25% into a 60% GPU, or a 60% out and a 25% in its place), so at 1.3 moves per GPU nothing can
+    be freed, and the planner's plan is exactly the bound."""
+    pytest.importorskip("highspy")
+    from hami_place_core.planner_bounds import most_gain_at_rate, move_frontier
+
+    sizes = [[25, 25], [60], [60]]
+    pods = [pod(f"p{g}-{k}", "n0", (g,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
+    s = state_of([node("n0", 3)], pods)
+    pb = pattern_bound(s)
+    assert pb is not None and pb.gain == 1
+    assert move_frontier(s, [0, 1, 2]) == {0: 0.0, 1: 2.0, 2: math.inf}
+    assert most_gain_at_rate(s, 1.3, pb.gain) == 0
+    assert most_gain_at_rate(s, 2.0, pb.gain) == 1
+    p = plan(s)
+    assert (p.gpus_freed, len(p.moves)) == (1, 2)
     replay(s, p.moves)
 
 

@@ -179,7 +179,14 @@ def test_plan_does_not_depend_on_input_order(seed: int) -> None:
 def test_never_more_free_gpus_than_the_bounds(seed: int) -> None:
     """The plan frees at most the exact optimum, which is at most each relaxation of it."""
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import l2_bound, milp_bound, node_room_bound, pattern_bound
+    from hami_place_core.planner_bounds import (
+        l2_bound,
+        milp_bound,
+        most_gain_at_rate,
+        move_frontier,
+        node_room_bound,
+        pattern_bound,
+    )
 
     nodes, pods = random_cluster(seed)
     state = build_state(nodes, pods)
@@ -193,3 +200,8 @@ def test_never_more_free_gpus_than_the_bounds(seed: int) -> None:
     assert not all(single) or p.gpus_freed <= best.gain
     pat = pattern_bound(state)
     assert pat is None or not pat.proven or relaxed.gain <= pat.gain
+    if pat is not None and all(single) and p.gpus_freed > 0:
+        # The LP's fewest moves for the plan's gain never exceed the plan's own moves, so at the
+        # plan's rate the most GPUs any plan frees is at least what this one frees.
+        assert move_frontier(state, [p.gpus_freed])[p.gpus_freed] <= len(p.moves) + 1e-6
+        assert most_gain_at_rate(state, len(p.moves) / p.gpus_freed, pat.gain) >= p.gpus_freed
