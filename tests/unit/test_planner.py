@@ -188,6 +188,18 @@ def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
     replay(s, p.moves)
 
 
+def test_a_move_budget_is_not_spent_on_moves_that_free_nothing() -> None:
+    """No GPU of 40%+40%, 55% and 70% can be emptied. Moving a 40% next to the 55% lowers FGD, so
+    the single-moves step tries it; it frees nothing and must go back even when it used up
+    --max-moves (it used to stay: the step stopped at the limit before taking such moves back)."""
+    sizes = [[40, 40], [55], [70]]
+    pods = [pod(f"p{g}-{k}", "n0", (g,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
+    s = state_of([node("n0", 3)], pods)
+    for limit in (None, 1, 2):
+        p = plan(s, PlanOptions(max_moves=limit))
+        assert (p.gpus_freed, p.moves) == (0, ()), limit
+
+
 def test_the_move_bound_and_the_most_gpus_at_a_rate() -> None:
     """A 25%+25% GPU between two 60% GPUs: the only GPU any plan can free takes two moves (either
     25% into a 60% GPU, or a 60% out and a 25% in its place), so at 1.3 moves per GPU nothing can
