@@ -29,9 +29,10 @@ opens).
 A last round repeats the passes with both allowed: a pod already moving may get another place at
 no extra move (or go home, saving one). Then an empty GPU of a roomy node may be offered as a
 target to a few more evacuations, kept where two GPUs or more empty (:func:`_seeded`). Finally
-the moves are put in an order where each one fits when made (the order the places were chosen,
-always taking the first move that fits): every prefix of the plan is valid, and the cheap frees
-come first. If no such order exists, the plan of the first round is kept.
+the moves are put in an order where each one fits when made, the cheapest frees first (each time
+a GPU whose remaining pods can all move now, fewest first; else the first move, in the order the
+places were chosen, that fits): every prefix of the plan is valid and frees about as much as its
+moves can. If no such order exists, the plan of the first round is kept.
 
 **Objective ``fragmentation``.** The same evacuations, committed only when they lower the FGD
 fragmentation of the workload mix (:mod:`hami_place_core.fragmentation`) by at least
@@ -801,48 +802,139 @@ class _Engine:
     # -- the moves, in an order where each one is valid --
     def sequence(self) -> list[Move] | None:
         """Every pod away from its original GPUs, as moves in an order where each fits when made:
-        by when its place was chosen, each time taking the first that fits. None on a deadlock."""
+        the cheapest frees first (:meth:`_cheap_first`), or if that order deadlocks, by when each
+        pod's place was chosen, each time taking the first that fits. None if both deadlock."""
         pending = sorted((p for p in range(len(self.p_alloc)) if self.moved(p)), key=lambda p: (self.p_event[p], p))
         final_empty = {g for g in range(len(self.g_dev)) if self.g_counts[g] and not self.g_pods[g]}
-        use = [GpuUsage(u.used, u.usedmem, u.usedcores) for u in self.g_use]
-        pods = [len(x) for x in self.g_pods]
+        order = self._cheap_first(pending, final_empty)
+        if order is None:
+            order = self._by_event(pending)
+        return None if order is None else self._moves(order, final_empty)
+
+    def _start(self, pending: list[int]) -> tuple[dict[int, GpuUsage], dict[int, int], dict[str, Resources]]:
+        """Usage and pods of the GPUs `pending` touches, and node room, as they were before any of
+        them moved (a copy of every GPU's usage took a fifth of the ordering's time)."""
+        touched = {g for p in pending for g in (*self.p_origin[p], *self.p_gids[p])}
+        use = {g: self.g_use[g].copy() for g in touched}
+        pods = {g: len(self.g_pods[g]) for g in touched}
         room = dict(self.n_free)
-        for p in pending:  # back to the original state
-            req = self.p_req[p]
-            assert req is not None
-            self._relocate(room, p, self.p_gids[p], self.p_origin[p])
-            for g, sign in ((g, -1) for g in self.p_gids[p]):
-                _add(use[g], req, self.g_dev[g], sign)
-                pods[g] -= 1
-            for g in self.p_origin[p]:
-                _add(use[g], req, self.g_dev[g], +1)
-                pods[g] += 1
-        start_empty = {g for g in range(len(pods)) if self.g_counts[g] and pods[g] == 0}
-        out: list[Move] = []
-        while pending:
-            chosen = next((i for i, p in enumerate(pending) if self._fits_now(p, use, room)), None)
+        for p in pending:
+            self._step(p, use, pods, room, back=True)
+        return use, pods, room
+
+    def _step(
+        self, p: int, use: dict[int, GpuUsage], pods: dict[int, int], room: dict[str, Resources], back: bool = False
+    ) -> None:
+        """Move pod p from its original GPUs to its final ones in (use, pods, room); `back`: undo."""
+        req = self.p_req[p]
+        assert req is not None
+        src, dst = (self.p_gids[p], self.p_origin[p]) if back else (self.p_origin[p], self.p_gids[p])
+        self._relocate(room, p, src, dst)
+        for g in src:
+            _add(use[g], req, self.g_dev[g], -1)
+            pods[g] -= 1
+        for g in dst:
+            _add(use[g], req, self.g_dev[g], +1)
+            pods[g] += 1
+
+    def _by_event(self, pending: list[int]) -> list[int] | None:
+        use, pods, room = self._start(pending)
+        left = list(pending)
+        order: list[int] = []
+        while left:
+            chosen = next((i for i, p in enumerate(left) if self._fits_now(p, use, room)), None)
             if chosen is None:
                 return None
-            p = pending[chosen]
-            req = self.p_req[p]
-            assert req is not None
-            target = self.p_gids[p]
-            del pending[chosen]
-            self._relocate(room, p, self.p_origin[p], target)
-            frees = []
+            p = left.pop(chosen)
+            self._step(p, use, pods, room)
+            order.append(p)
+        return order
+
+    def _cheap_first(self, pending: list[int], final_empty: set[int]) -> list[int] | None:
+        """An order that frees GPUs cheapest first, so that a plan cut short (``defrag --apply``
+        stopped, or only its first moves applied) has freed the most for its moves: each time, of
+        the GPUs the plan empties, one whose remaining pods can all move now, fewest first (those
+        whose moves take an empty GPU last, then by when their places were chosen); when none can,
+        the first move by that time that fits (it makes room). A GPU that could not be emptied is
+        looked at again only once room grows where its pods go. The order the places were chosen
+        kept moves that make room early: over the seven openb states the longest prefix at no
+        more than 1.3 moves per freed GPU freed 26-45 GPUs."""
+        use, pods, room = self._start(pending)
+        rank = {p: i for i, p in enumerate(pending)}
+        left = set(pending)
+        outs: dict[int, list[int]] = {}  # GPU the plan empties -> the pods leaving it, by rank
+        for p in pending:
             for g in self.p_origin[p]:
-                _add(use[g], req, self.g_dev[g], -1)
-                pods[g] -= 1
-                if pods[g] == 0 and g in final_empty and g not in start_empty:
-                    frees.append(self.label(g))
+                if g in final_empty:
+                    outs.setdefault(g, []).append(p)
+        of_pod: dict[int, list[int]] = {}
+        by_gpu: dict[int, set[int]] = {}  # a GPU the pods of these emptied GPUs go to
+        by_node: dict[str, set[int]] = {}
+        for x, ps in outs.items():
+            for p in ps:
+                of_pod.setdefault(p, []).append(x)
+                for g in self.p_gids[p]:
+                    by_gpu.setdefault(g, set()).add(x)
+                by_node.setdefault(self.g_node[self.p_gids[p][0]], set()).add(x)
+        stale: set[int] = set()
+        order: list[int] = []
+
+        def commit(made: list[int]) -> None:
+            for p in made:
+                left.discard(p)
+                order.append(p)
+                stale.difference_update(of_pod.get(p, ()))
+                for g in self.p_origin[p]:
+                    stale.difference_update(by_gpu.get(g, ()))
+                a, b = self.g_node[self.p_origin[p][0]], self.g_node[self.p_gids[p][0]]
+                if a != b:
+                    stale.difference_update(by_node.get(a, ()))
+
+        while left:
+            keyed = []
+            for x, ps in outs.items():
+                if x in stale:
+                    continue
+                group = [p for p in ps if p in left]
+                if group:
+                    takes = any(pods[g] == 0 for p in group for g in self.p_gids[p])
+                    keyed.append((len(group), takes, rank[group[0]], x, group))
+            keyed.sort(key=lambda k: k[:4])
+            for *_, x, group in keyed:
+                made: list[int] = []
+                for p in group:
+                    if not self._fits_now(p, use, room):
+                        break
+                    self._step(p, use, pods, room)
+                    made.append(p)
+                if len(made) == len(group):
+                    commit(made)
+                    break
+                for p in reversed(made):
+                    self._step(p, use, pods, room, back=True)
+                stale.add(x)
+            else:
+                p = next((p for p in pending if p in left and self._fits_now(p, use, room)), -1)
+                if p < 0:
+                    return None
+                self._step(p, use, pods, room)
+                commit([p])
+        return order
+
+    def _moves(self, order: list[int], final_empty: set[int]) -> list[Move]:
+        """The moves of `order` (valid in that order), with the GPUs each frees and takes."""
+        use, pods, room = self._start(order)
+        start_empty = {g for g, n in pods.items() if self.g_counts[g] and n == 0}
+        out: list[Move] = []
+        for p in order:
+            target, origin = self.p_gids[p], self.p_origin[p]
+            self._step(p, use, pods, room)
+            frees = [self.label(g) for g in origin if pods[g] == 0 and g in final_empty and g not in start_empty]
             takes = []
             for g in target:
-                if pods[g] == 0 and g in start_empty and g not in final_empty:
+                if g in start_empty and g not in final_empty:
                     takes.append(self.label(g))
                     start_empty.discard(g)  # taken once, by the first pod in
-                _add(use[g], req, self.g_dev[g], +1)
-                pods[g] += 1
-            origin = self.p_origin[p]
             reason = self.p_reason.get(p) or (
                 f"empty {self.label(origin[0])}"
                 if all(g in final_empty for g in origin)
@@ -884,7 +976,7 @@ class _Engine:
             if b in room:
                 room[b] = room[b] - self.p_res[p]
 
-    def _fits_now(self, p: int, use: list[GpuUsage], room: dict[str, Resources]) -> bool:
+    def _fits_now(self, p: int, use: Mapping[int, GpuUsage], room: dict[str, Resources]) -> bool:
         """Pod p fits its final GPUs in the usage `use` (with itself taken off its original GPUs),
         and its final node has room (`room`) for its CPU, memory and slot."""
         req = self.p_req[p]

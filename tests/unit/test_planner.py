@@ -550,6 +550,9 @@ def test_the_shipped_example_plans_valid() -> None:
     frees, takes = {f for m in p.moves for f in m.frees}, {t for m in p.moves for t in m.takes}
     assert p.gpus_freed == len(frees) - len(takes) and not frees & takes
     assert p.immovable == ()
+    # Cheapest frees first: the plan cut after its first 150 moves has freed 117 GPUs. In the
+    # order the places were chosen, moves that made room came early and 150 moves freed 85.
+    assert sum(len(m.frees) - len(m.takes) for m in p.moves[:150]) >= 110
 
 
 def _pinned(manifest: dict[str, Any], node_name: str, gpus: tuple[int, ...]) -> dict[str, Any]:
