@@ -13,9 +13,12 @@ memory and pod slots, move by move). Upper bounds on the GPUs any plan can free:
 L2 bound, and the exact optimum of the same relaxation (cutting stock, HiGHS), both blind to node
 CPU and memory; the node-room bound (an aggregated MILP with per-node CPU, memory and pod-slot rows,
 ``planner_bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
-planner's gain. On random subsets of nodes, the MILP optimum (HiGHS, proven within the time limit,
-node rows included) against the planner, and whether the MILP's solution can be put in a valid
-order (the MILP ignores order, so where it cannot, its optimum may be out of any plan's reach).
+planner's gain. The target check: by that LP (blind to node room and order, so it holds for every
+plan), the fewest moves per GPU for 92% of the node-room bound's gain, and the most GPUs any plan
+can free at no more than 1.3 moves per GPU (``planner_bounds.most_gain_at_rate``). On random
+subsets of nodes, the MILP optimum (HiGHS, proven within the time limit, node rows included)
+against the planner, and whether the MILP's solution can be put in a valid order (the MILP ignores
+order, so where it cannot, its optimum may be out of any plan's reach).
 Every baseline checks node room for its moves as the planner does. Methods:
 
 - ``hami-place``: :func:`hami_place_core.planner.plan` with its defaults;
