@@ -343,6 +343,19 @@ class _Engine:
         self._cap = self._work = self._base = 0
         self.scanned = 0  # GPUs the ejection scans looked at, over the whole plan
         self.scan_limit: int | None = None
+        # Failed best-fit searches, remembered per kind of pod until the state changes. Inside an
+        # ejection scan most tries at placing a small pod fail, and pods of one kind fail alike:
+        # on gpuspec10 three in four of them repeated a failure already seen in the same state.
+        # A state is named by the stack of applied records (an undo in reverse order brings its
+        # name back); any other change forgets everything.
+        self._states: list[tuple[_Record | None, int]] = [(None, 0)]
+        self._named = 0
+        self._misses: dict[tuple[Any, ...], frozenset[int]] = {}
+        # Likewise the ejection sets of a GPU for a kind of pod: the scans of one evacuation after
+        # another look at the same nearly fitting GPUs (on gpuspec10 nearly half the sets listed
+        # had been listed before, in the same state).
+        self._groups: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}
+        self.p_kind: dict[int, tuple[Any, ...]] = {}
 
     # -- indexing --
     def _free(self, g: int) -> int:
@@ -504,6 +517,42 @@ class _Engine:
             level_room[level] = _pareto(rooms)  # exact now: the whole level was seen
         return None
 
+    def direct_target(self, p: int, exclude: frozenset[int]) -> tuple[int, ...] | None:
+        """best_target(), but a search that failed for a pod of the same kind, in this state, fails
+        again without a scan unless one of the GPUs it left out now fits."""
+        req = self.p_req[p]
+        assert req is not None
+        if req.nums != 1:
+            return self.best_target(p, exclude)
+        key = (self._kind_of_pod(p), self.g_node[self.p_gids[p][0]], self._states[-1][1])
+        blocked = self._misses.get(key)
+        if blocked is not None:
+            # best_target() fails exactly when no open GPU outside exclude and the pod's own GPUs
+            # passes fits(): only the GPUs the earlier search left out need a look.
+            nodes = self.eligible_nodes(p)
+            if not any(
+                g not in exclude and self.g_entry[g] is not None and self.fits(p, g, req, nodes) for g in blocked
+            ):
+                return None
+        target = self.best_target(p, exclude)
+        if target is None:
+            left_out = exclude.union(self.p_gids[p])
+            self._misses[key] = left_out if blocked is None else left_out & blocked
+        return target
+
+    def _kind_of_pod(self, p: int) -> tuple[Any, ...]:
+        """All that fits() looks at for pod p but for where it is now (the key adds its node)."""
+        kind = self.p_kind.get(p)
+        if kind is None:
+            nodes = self.eligible_nodes(p)
+            origin = self.p_origin[p]
+            # fits() lets a pod back onto its original GPUs even off its eligible nodes.
+            odd = nodes is not None and any(self.g_node[g] not in nodes for g in origin)
+            sel = self.p_alloc[p].request.selectors
+            kind = (self.p_req[p], sel, self.p_sig[p], self.p_res[p], origin if odd else ())
+            self.p_kind[p] = kind
+        return kind
+
     def _best_multi(
         self, p: int, req: GpuRequest, nodes: frozenset[str] | None, exclude: set[int] | frozenset[int]
     ) -> tuple[int, ...] | None:
@@ -574,6 +623,8 @@ class _Engine:
         self.p_event[p] = self.event
         for g in (*old, *target):
             self._index(g)
+        self._named += 1
+        self._states.append((record, self._named))
         return record
 
     def undo(self, record: _Record) -> None:
@@ -585,6 +636,20 @@ class _Engine:
         self.p_event[p] = event
         for g in (*old, *target):
             self._index(g)
+        if self._states[-1][0] is record:
+            self._states.pop()
+        else:  # out of order: a state never seen before
+            self._states = [(r, n) for r, n in self._states if r is not record]
+            self.changed()
+
+    def changed(self) -> None:
+        """The state changed other than by apply() or undo(): forget the failed searches."""
+        self._misses.clear()
+        self._groups.clear()
+
+    def reindex(self, g: int) -> None:
+        self._index(g)
+        self.changed()
 
     def rollback(self, records: list[_Record]) -> None:
         for r in reversed(records):
@@ -692,7 +757,7 @@ class _Engine:
         GPU by moving some of its pods on first (recursively, `depth` deep). Applied when True."""
         if not self.can_move(p):  # e.g. a sibling of its workload already took the budget
             return False
-        target = self.best_target(p, exclude)
+        target = self.direct_target(p, exclude)
         if target is not None:
             records.append(self.apply(p, target))
             steps.append((p, target))
@@ -763,6 +828,15 @@ class _Engine:
     def _ejections(self, p: int, t: int) -> list[tuple[int, ...]]:
         """Sets of pods (up to EJECT_GROUP, largest first within a set) whose leaving GPU `t` makes
         room for single-GPU pod `p`: fewest pods first, then least compute moved."""
+        # All they depend on: t and its pods, p's kind and node, and what may move (the state and
+        # the phase).
+        key = (t, self._kind_of_pod(p), self.g_node[self.p_gids[p][0]], self._states[-1][1], self.reroute)
+        groups = self._groups.get(key)
+        if groups is None:
+            groups = self._groups[key] = self._list_ejections(p, t)
+        return groups
+
+    def _list_ejections(self, p: int, t: int) -> list[tuple[int, ...]]:
         req = self.p_req[p]
         assert req is not None
         d, u = self.g_dev[t], self.g_use[t]
@@ -1005,6 +1079,7 @@ class _Engine:
                 for g in (*old, *target):
                     self._index(g)
         self.p_event[:] = events
+        self.changed()
 
 
 def _pareto(points: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1235,7 +1310,7 @@ def _seeded(engine: _Engine, options: PlanOptions, patience: int = 2, most_pods:
         ]
         items.sort(key=lambda x: (-engine.g_use[x].usedcores, x))
         engine.g_seed[e] = True
-        engine._index(e)
+        engine.reindex(e)
         mark, base = len(engine.evacuated), engine.moves_made
         records: list[_Record] = []
         for x in items[:tries]:
@@ -1258,7 +1333,7 @@ def _seeded(engine: _Engine, options: PlanOptions, patience: int = 2, most_pods:
             engine.rollback(records)
             del engine.evacuated[mark:]
             idle += 1
-        engine._index(e)
+        engine.reindex(e)
 
 
 # ---- fragmentation objective ----------------------------------------------------------------------

@@ -205,3 +205,45 @@ def test_never_more_free_gpus_than_the_bounds(seed: int) -> None:
         # plan's rate the most GPUs any plan frees is at least what this one frees.
         assert move_frontier(state, [p.gpus_freed])[p.gpus_freed] <= len(p.moves) + 1e-6
         assert most_gain_at_rate(state, len(p.moves) / p.gpus_freed, pat.gain) >= p.gpus_freed
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**9))
+def test_remembered_searches_answer_as_a_fresh_search(seed: int) -> None:
+    """The engine remembers failed best-fit searches and ejection sets per kind of pod and state;
+    through a random walk of tentative moves and undos (in and out of order) every remembered
+    answer must equal a fresh search's."""
+    from hami_place_core.planner import _Engine
+
+    nodes, pods = random_cluster(seed)
+    state = build_state(nodes, pods)
+    engine = _Engine(state, PlanOptions())
+    r = random.Random(seed)  # noqa: S311 - test data
+    movable = [p for p in range(len(engine.p_req)) if engine.can_move(p) and engine.p_req[p] is not None]
+    gids = list(range(len(engine.g_dev)))
+    records: list[Any] = []
+    compared = 0
+    for _ in range(40):
+        if not movable or not gids:
+            break
+        for p in movable:  # every pod, so that a kind's remembered answer meets its other pods
+            exclude = frozenset(r.sample(gids, min(len(gids), r.randint(0, 2))))
+            assert engine.direct_target(p, exclude) == engine.best_target(p, exclude)
+            compared += 1
+            req = engine.p_req[p]
+            assert req is not None
+            if req.nums == 1:
+                for t in gids:
+                    if t not in engine.p_gids[p]:
+                        assert engine._ejections(p, t) == engine._list_ejections(p, t)
+        p = r.choice(movable)
+        roll = r.random()
+        if roll < 0.45:
+            target = engine.best_target(p, frozenset())
+            if target is not None and engine.can_move(p):
+                records.append(engine.apply(p, target))
+        elif roll < 0.75 and records:
+            engine.undo(records.pop())  # in order: the state before comes back
+        elif records:
+            engine.undo(records.pop(r.randrange(len(records))))  # out of order: a new state
+    assert compared > 0 or not movable
