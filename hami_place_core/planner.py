@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -165,6 +166,9 @@ class PlanMetrics:
         }
 
 
+STOP_SHARES = (0.25, 0.5, 0.75, 0.9)  # Plan.stopping_points: shares of the plan's gain
+
+
 @dataclass(frozen=True)
 class Plan:
     objective: Objective
@@ -178,6 +182,27 @@ class Plan:
     def gpus_freed(self) -> int:
         return self.after.whole_free - self.before.whole_free
 
+    def stopping_points(self, shares: Sequence[float] = STOP_SHARES) -> list[tuple[int, int]]:
+        """(moves, GPUs freed) of the shortest prefix freeing each share of what the whole plan's
+        moves free, ending with the whole plan. Every prefix of a plan is a valid plan, and the
+        cheapest frees come first, so the last moves buy the least: this is where to set
+        --max-moves, or stop a running defrag, for most of the gain."""
+        total = sum(len(m.frees) - len(m.takes) for m in self.moves)
+        if total <= 0:
+            return []
+        points: list[tuple[int, int]] = []
+        freed = 0
+        wanted = sorted({math.ceil(share * total) for share in shares if 0 < share < 1})
+        for i, m in enumerate(self.moves, start=1):
+            freed += len(m.frees) - len(m.takes)
+            while wanted and freed >= wanted[0]:
+                wanted.pop(0)
+                if not points or points[-1][1] < freed:
+                    points.append((i, freed))
+        if not points or points[-1][0] < len(self.moves):
+            points.append((len(self.moves), freed))
+        return points
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "objective": self.objective,
@@ -185,6 +210,7 @@ class Plan:
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
             "gpusFreed": self.gpus_freed,
+            "stoppingPoints": [{"moves": n, "gpusFreed": k} for n, k in self.stopping_points()],
             "immovablePods": dict(self.immovable),
             "seconds": round(self.seconds, 3),
         }

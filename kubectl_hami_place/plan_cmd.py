@@ -127,6 +127,9 @@ def plan(
             click.echo(f"# no moves: {_headline(result)}")
             return
         parts = [f"# {_headline(result)}\n# Apply one at a time, in order, each after the one before is Completed."]
+        early = stopping_line(result)
+        if early:
+            parts[0] += f"\n# {early}"
         for i, (m, doc) in enumerate(zip(result.moves, docs, strict=True), start=1):
             parts.append(f"---\n# {i}. {describe(m)}\n" + yaml.safe_dump(doc, sort_keys=False).rstrip())
         click.echo("\n".join(parts))
@@ -138,6 +141,20 @@ def _headline(result: Any) -> str:
     return (
         f"plan ({result.objective}): {len(result.moves)} moves; whole GPUs free {result.before.whole_free} -> "
         f"{result.after.whole_free}, FGD {result.before.fgd:.2f} -> {result.after.fgd:.2f}"
+    )
+
+
+def stopping_line(result: Any) -> str | None:
+    """Where the plan's gain comes from: the last moves buy the least (see Plan.stopping_points)."""
+    points = result.stopping_points()
+    if len(points) < 2:
+        return None
+    (n0, k0), *rest = points[:-1]
+    steps = "".join(f", {n} free {k}" for n, k in rest)
+    n, k = points[-1]
+    return (
+        f"stopping early (every prefix of the plan is a valid plan): the first {n0} moves free {k0} GPUs{steps}; "
+        f"all {n} free {k}"
     )
 
 
@@ -177,6 +194,9 @@ def render_plan(result: Any, source: str) -> str:
         ("FGD (GPUs)", f"{b.fgd:.2f}", f"{a.fgd:.2f}"),
     ]
     lines.append(tabulate(metrics, headers=["", "BEFORE", "AFTER"], tablefmt="plain", disable_numparse=True))
+    early = stopping_line(result)
+    if early:
+        lines.append(f"\n{early}")
     if result.immovable:
         kept = sum(n for _, n in result.immovable)
         why = "; ".join(f"{n} {reason}" for reason, n in result.immovable)

@@ -64,6 +64,9 @@ def test_table_on_the_shipped_example() -> None:
     assert after - 736 >= 190 and moves <= 2 * (after - 736)
     assert "#    POD" in out or "#  POD" in out.replace("  ", " ") or "POD" in out
     assert "whole GPUs free" in out and "FGD (GPUs)" in out and "planned in" in out
+    early = re.search(r"stopping early .*: the first (\d+) moves free (\d+) GPUs, .*; all (\d+) free (\d+)", out)
+    assert early, out[-600:]
+    assert int(early.group(1)) < moves and (int(early.group(3)), int(early.group(4))) == (moves, after - 736)
 
 
 def test_json_is_a_valid_plan(tmp_path: Path) -> None:

@@ -631,3 +631,44 @@ def test_a_pod_a_placement_pinned_can_be_moved_again() -> None:
         [node("n1", 2, labels={"pool": "a"}), node("n2", 2, labels={"pool": "a"})], [pod("a", "n2", (0,), 40), c2]
     )
     assert [(m.pod, m.to_node) for m in plan(s4).moves] == [("ns/c", "n2")]
+
+
+def test_stopping_points_are_the_shortest_prefixes_for_each_share_of_the_gain() -> None:
+    from hami_place_core.planner import Plan, PlanMetrics
+
+    def mv(i: int, frees: int = 0, takes: int = 0) -> Move:
+        return Move(
+            f"ns/p{i}",
+            None,
+            "n1",
+            (0,),
+            "n2",
+            (0,),
+            (),
+            "t",
+            tuple(f"n1/gpu-{i}-{k}" for k in range(frees)),
+            tuple(f"n3/gpu-{i}-{k}" for k in range(takes)),
+        )
+
+    metrics = PlanMetrics(0, 0, 0.0, 0.0, 0.0)
+    # 10 GPUs freed by 16 moves: one move takes an empty GPU (the gain dips), the last three free nothing
+    moves = [mv(0, 1), mv(1, 1), mv(2, takes=1), mv(3, 2), mv(4, 1), mv(5), mv(6, 1), mv(7, 1), mv(8), mv(9, 1)]
+    moves += [mv(10, 1), mv(11, 1), mv(12, 1), mv(13), mv(14), mv(15)]
+    p = Plan("free-gpus", tuple(moves), metrics, metrics, (), 0.0)
+    # 25% of 10 = 3 GPUs first after move 4 (1+1-1+2), 50% = 5 after 7, 75% = 8 after 11, 90% = 9 after 12
+    assert p.stopping_points() == [(4, 3), (7, 5), (11, 8), (12, 9), (16, 10)]
+    assert p.as_dict()["stoppingPoints"][0] == {"moves": 4, "gpusFreed": 3}
+    assert p.stopping_points((0.5,)) == [(7, 5), (16, 10)]
+    # A plan that frees nothing has no stopping points; one whose last move completes it, no repeat.
+    assert Plan("free-gpus", (mv(0),), metrics, metrics, (), 0.0).stopping_points() == []
+    assert Plan("free-gpus", (mv(0, 1),), metrics, metrics, (), 0.0).stopping_points() == [(1, 1)]
+
+
+def test_the_shipped_example_front_loads_its_gain() -> None:
+    nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
+    p = plan(build_state(nodes, pods))
+    points = p.stopping_points()
+    assert points[-1] == (len(p.moves), p.gpus_freed)
+    # Cheapest frees first: half the gain in under a third of the moves (49 frees 49 on 2026-12-03).
+    half = next(n for n, k in points if k >= p.gpus_freed / 2)
+    assert half <= len(p.moves) / 3
