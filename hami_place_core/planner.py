@@ -79,6 +79,8 @@ from hami_place_core.planner_constraints import (
 from hami_place_core.requests import DeviceSelectors, GpuRequest
 from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_pod, remove_pod, set_pod_requests
 
+Solver = Literal["auto", "greedy", "exact"]
+SOLVERS: tuple[Solver, ...] = ("auto", "greedy", "exact")
 Objective = Literal["free-gpus", "fragmentation"]
 OBJECTIVES: tuple[Objective, ...] = ("free-gpus", "fragmentation")
 
@@ -96,6 +98,9 @@ class PlanOptions:
     max_moves_per_gpu: int = 8
     mix: WorkloadMix | None = None  # fragmentation: the workload mix; default: the pods' own
     min_fgd_gain: float = 0.02  # fragmentation: least FGD (in GPUs) a move must remove
+    # free-gpus: "auto" adds the exact planner (a MILP, planner_exact) where HiGHS is installed and
+    # the state is small enough; "exact" requires it; "greedy" never runs it.
+    solver: Solver = "auto"
 
     def limit_of(self, workload: str) -> int:
         return self.workload_limits.get(workload, self.max_moves_per_workload)
@@ -177,6 +182,8 @@ class Plan:
     after: PlanMetrics
     immovable: tuple[tuple[str, int], ...]  # reason -> number of pods, most common first
     seconds: float
+    solver: str = "greedy"  # which planner's moves these are: "greedy" or "exact"
+    solver_note: str = ""  # why (the exact planner's outcome, when it ran)
 
     @property
     def gpus_freed(self) -> int:
@@ -212,6 +219,8 @@ class Plan:
             "gpusFreed": self.gpus_freed,
             "stoppingPoints": [{"moves": n, "gpusFreed": k} for n, k in self.stopping_points()],
             "immovablePods": dict(self.immovable),
+            "solver": self.solver,
+            "solverNote": self.solver_note,
             "seconds": round(self.seconds, 3),
         }
 
@@ -1482,9 +1491,15 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         raise ValueError("max_moves must be >= 0")
     started = time.perf_counter()
     mix = options.mix or mix_from_state(state)
-    engine = _Engine(replacement_state(state), options)
+    if options.solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {options.solver!r}")
+    base = replacement_state(state)
+    engine = _Engine(base, options)
+    solver, note = "greedy", ""
     if options.objective == "free-gpus":
         moves = tuple(_free_gpus(engine, options, mix))
+        if options.solver != "greedy":
+            moves, solver, note = _exact(base, engine, options, moves)
     else:
         moves = tuple(_fragmentation(engine, options, mix))
     before = cluster_metrics(state, mix)
@@ -1497,7 +1512,37 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         after=PlanMetrics.of(after),
         immovable=engine.immovable,
         seconds=time.perf_counter() - started,
+        solver=solver,
+        solver_note=note,
     )
+
+
+class SolverUnavailable(ValueError):
+    """--solver exact without HiGHS installed."""
+
+
+def _exact(
+    state: ClusterState, engine: _Engine, options: PlanOptions, greedy: tuple[Move, ...]
+) -> tuple[tuple[Move, ...], str, str]:
+    """The exact planner's moves when they free more GPUs than the greedy plan's, else those."""
+    from hami_place_core import planner_exact
+
+    pairs = sum(engine.p_static) * sum(engine.g_counts)
+    if pairs > planner_exact.EXACT_MAX_PAIRS:
+        # Checked before importing HiGHS: the full openb cluster has ~27 million pairs.
+        return greedy, "greedy", f"exact planner: state too large ({pairs:,} pod-GPU pairs to consider)"
+
+    if not planner_exact.available():
+        if options.solver == "exact":
+            raise SolverUnavailable(
+                "the exact planner needs HiGHS: pip install 'hami-place[exact]' (highspy and numpy)"
+            )
+        return greedy, "greedy", "exact planner not installed (highspy)"
+    floor = sum(len(m.frees) - len(m.takes) for m in greedy)
+    outcome = planner_exact.solve(_Engine(state, options), options, floor, seed=greedy)
+    if outcome.moves is None:
+        return greedy, "greedy", f"exact planner: {outcome.why}"
+    return tuple(outcome.moves), "exact", f"exact planner: {outcome.why}"
 
 
 def copy_state(state: ClusterState) -> ClusterState:

@@ -63,7 +63,7 @@ def defrag(
     from dataclasses import replace
 
     from hami_place_core import placement as hp
-    from hami_place_core.planner import PlanOptions, plan
+    from hami_place_core.planner import PlanOptions, SolverUnavailable, plan
     from kubectl_hami_place.inspect_cmd import live_state
     from kubectl_hami_place.kube import Kube
     from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
@@ -74,8 +74,12 @@ def defrag(
         objective=objective,  # type: ignore[arg-type]
         excluded_namespaces=frozenset({"kube-system", *excluded}),
         max_moves_per_workload=kw["max_moves_per_workload"],
+        solver=kw["solver"],
     )
-    start = plan(live_state(kube, selector), replace(base, max_moves=max_moves))
+    try:
+        start = plan(live_state(kube, selector), replace(base, max_moves=max_moves))
+    except SolverUnavailable as e:
+        raise UserError(str(e)) from e
     click.echo(
         f"plan ({objective}): {len(start.moves)} moves; whole GPUs free {start.before.whole_free} -> "
         f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"

@@ -137,8 +137,8 @@ def watch_option(help_text: str) -> Callable[[F], F]:
 
 
 def planner_options(fn: F) -> F:
-    """--objective, --max-moves-per-workload and --exclude-namespace: the planner's choices, shared by
-    `plan` and `defrag` so that both plan alike."""
+    """--objective, --solver, --max-moves-per-workload and --exclude-namespace: the planner's
+    choices, shared by `plan` and `defrag` so that both plan alike."""
     decorators = [
         click.option(
             "--objective",
@@ -147,6 +147,15 @@ def planner_options(fn: F) -> F:
             show_default=True,
             help="Free as many whole GPUs as possible, or lower FGD fragmentation for the current workload mix; "
             "either with as few moves as possible.",
+        ),
+        click.option(
+            "--solver",
+            type=click.Choice(["auto", "greedy", "exact"]),
+            default="auto",
+            show_default=True,
+            help="free-gpus only. greedy: the fast planner alone; exact: also a MILP over where every pod ends "
+            "(HiGHS, `pip install 'hami-place[exact]'`), whose plan is used when it frees more GPUs; auto: exact "
+            "where HiGHS is installed and the cluster is small enough (a few dozen nodes).",
         ),
         click.option(
             "--max-moves-per-workload",

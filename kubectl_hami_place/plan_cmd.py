@@ -54,6 +54,7 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
 @kube_options
 def plan(
     objective: str,
+    solver: str,
     max_moves: int | None,
     max_moves_per_workload: int,
     max_moves_per_gpu: int,
@@ -82,7 +83,7 @@ def plan(
       kubectl hami-place plan --objective fragmentation -o json
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
     """
-    from hami_place_core.planner import PlanOptions
+    from hami_place_core.planner import PlanOptions, SolverUnavailable
     from hami_place_core.planner import plan as make_plan
     from hami_place_core.state import build_state
 
@@ -112,8 +113,12 @@ def plan(
         excluded_namespaces=frozenset({"kube-system", *excluded}),
         max_moves_per_workload=max_moves_per_workload,
         max_moves_per_gpu=max_moves_per_gpu,
+        solver=solver,  # type: ignore[arg-type]
     )
-    result = make_plan(state, options)
+    try:
+        result = make_plan(state, options)
+    except SolverUnavailable as e:
+        raise UserError(str(e)) from e
     if output == "json":
         click.echo(json.dumps({"source": source, **result.as_dict()}, indent=2))
     elif output == "yaml":
@@ -201,7 +206,8 @@ def render_plan(result: Any, source: str) -> str:
         kept = sum(n for _, n in result.immovable)
         why = "; ".join(f"{n} {reason}" for reason, n in result.immovable)
         lines.append(f"\nnot moved ({kept} pods): {why}")
-    lines.append(f"\nplanned in {result.seconds:.2f}s")
+    solver = f"{result.solver} planner" + (f" ({result.solver_note})" if result.solver_note else "")
+    lines.append(f"\nplanned in {result.seconds:.2f}s by the {solver}")
     return "\n".join(lines)
 
 

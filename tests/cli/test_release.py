@@ -44,6 +44,31 @@ def test_archive_is_flat_with_license_and_completion_helper(archive: Path) -> No
     assert archive.name == f"kubectl-hami_place_{release.__version__}_linux_amd64.tar.gz"
 
 
+def test_the_binary_carries_the_exact_planner(archive: Path, tmp_path: Path) -> None:
+    """HiGHS is bundled: on 16 nodes of the example the binary's plan is the exact planner's."""
+    import json
+
+    from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+    from hami_place_core.snapshot import make_snapshot
+    from hami_place_core.state import build_state
+    from tests.unit.test_planner_exact import subset_raw
+
+    nodes, pods = subset_raw()
+    state = build_state(nodes, pods)
+    snap = tmp_path / "subset.json"
+    snap.write_text(json.dumps(make_snapshot(nodes, pods, state, cluster_metrics(state, mix_from_state(state)), "t")))
+    binary = ROOT / "build" / "dist" / "kubectl-hami_place" / "kubectl-hami_place"
+    done = subprocess.run(
+        [str(binary), "plan", "--snapshot", str(snap), "--solver", "exact", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["solver"], out["gpusFreed"]) == ("exact", 4), out["solverNote"]
+
+
 def test_manifest_structure(archive: Path, tmp_path: Path) -> None:
     text = release.render_manifest(
         "1.2.3", {p: (f"https://example.invalid/{p}.tar.gz", release.sha256(archive)) for p in release.PLATFORMS}

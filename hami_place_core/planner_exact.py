@@ -1,0 +1,429 @@
+"""The exact planner for small clusters: a MILP over where every movable pod ends, then an order.
+
+The greedy planner (:mod:`hami_place_core.planner`) moves a pod only as part of emptying one GPU,
+and finds room on a full node only among the pods leaving it for that same GPU. On 16-node
+subsets of the openb trace that leaves about one GPU in six that a plan of direct, valid moves
+can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
+once, each evacuation making the CPU or memory room another one needs. A solver sees those.
+
+Three steps, all deterministic (HiGHS runs single-threaded with node limits, not time limits):
+
+1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
+   each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
+   disruption budgets and ``max_moves`` as rows; the bins' cutting-stock optimum
+   (:func:`~hami_place_core.planner_bounds.pattern_bound`) as a cut, without which HiGHS takes
+   minutes to prove what it finds in a second.
+2. *Fewest moves for that*: the gain fixed, at most ``max_moves_per_gpu`` moves per freed GPU.
+3. *An order*: the assignment goes into a fresh planner engine, which orders the moves as it
+   orders its own (cheapest frees first); if that deadlocks, an exhaustive search over the sets
+   of moves made (the state after a set does not depend on its order). With no order, that
+   assignment's pod-to-node choice is cut off and step 2 runs again, a few times.
+
+Only pods with one GPU container on one shared GPU move (as in the bounds); multi-GPU pods and
+exclusive requests stay put. HiGHS (``highspy``) is optional: without it, or on a state too large
+for it (``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hami_place_core.fit import gpu_fit_reason
+from hami_place_core.node_resources import Resources
+
+if TYPE_CHECKING:
+    from hami_place_core.planner import Move, PlanOptions, _Engine
+
+# Above this many (pod, GPU) pairs the model is too large to solve in a few seconds: the openb
+# 16-node subsets have 3,000-11,000 pairs (1,500-9,000 columns once HAMi's Fit and node room
+# rule pairs out), the 1,213-node cluster about 27 million. Pairs are counted before any model
+# is built; columns after.
+EXACT_MAX_PAIRS = 250_000
+EXACT_MAX_COLUMNS = 40_000
+# Branch-and-bound nodes per HiGHS solve: a work limit, so the plan does not depend on the
+# machine's speed (a time limit would). On the openb 16-node subsets 2,000 found no more plans
+# than 1,000, in up to twice the time.
+NODE_LIMIT = 1_000
+# Assignments without a valid order cut off before giving up (each costs a re-solve).
+MAX_RETRIES = 6
+# Sets of moves the order search may look at for one assignment.
+ORDER_BUDGET = 5_000
+
+
+@dataclass(frozen=True)
+class ExactOutcome:
+    moves: list[Move] | None  # None: nothing better than `floor` found
+    gain: int  # GPUs the solver's assignment frees (0 when not solved)
+    proven: bool  # the first step proved that no assignment frees more
+    retries: int  # assignments cut off for want of a valid order
+    seconds: float
+    why: str  # why the result is what it is, for the plan's header
+
+
+def available() -> bool:
+    try:
+        import highspy  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _scaled(q: Resources) -> tuple[float, float, float]:
+    # Cores and GiB: bytes (1e11) next to counts (1) leave HiGHS a badly scaled matrix.
+    return q.cpu / 1e3, q.memory / 2**30, float(q.pods)
+
+
+class _Model:
+    """The MILP of one engine's state (the engine holds every pod at its original place)."""
+
+    def __init__(self, engine: _Engine, options: PlanOptions) -> None:
+        self.engine = e = engine
+        self.options = options
+        self.counted = [g for g in range(len(e.g_dev)) if e.g_counts[g]]
+        self.movers = [
+            p for p in range(len(e.p_alloc)) if e.p_static[p] and len(e.p_origin[p]) == 1 and self._on_counted(p)
+        ]
+        mover_set = set(self.movers)
+        # What the pods that stay leave of each GPU and node.
+        self.base = [u.copy() for u in e.g_use]
+        for p in self.movers:
+            req = e.p_req[p]
+            assert req is not None
+            (g,) = e.p_origin[p]
+            self.base[g].used -= 1
+            self.base[g].usedmem -= req.memory_on(e.g_dev[g].devmem)
+            self.base[g].usedcores -= req.coresreq
+        self.room: dict[str, Resources] = dict(e.n_free)
+        for p in mover_set:
+            node = e.g_node[e.p_origin[p][0]]
+            if node in self.room:
+                self.room[node] = self.room[node] + e.p_res[p]
+        # Columns: (pod, GPU); a pod's own GPU is always one.
+        self.cols: list[tuple[int, int]] = []
+        for p in self.movers:
+            req = e.p_req[p]
+            assert req is not None
+            (home,) = e.p_origin[p]
+            nodes = e.eligible_nodes(p)
+            sel = e.p_alloc[p].request.selectors
+            for g in self.counted:
+                if g != home:
+                    node = e.g_node[g]
+                    if nodes is not None and node not in nodes:
+                        continue
+                    if not e.p_plain[p] and not e.allowed(p, e.g_dev[g]):
+                        continue
+                    if node != e.g_node[home] and node in self.room and not self.room[node].covers(e.p_res[p]):
+                        continue
+                    if gpu_fit_reason(req, e.g_dev[g], self.base[g], sel, e.g_cordoned[g]) is not None:
+                        continue
+                self.cols.append((p, g))
+        self.free_now = sum(1 for g in self.counted if e.g_use[g].used == 0)
+
+    def _on_counted(self, p: int) -> bool:
+        return self.engine.g_counts[self.engine.p_origin[p][0]]
+
+    def home(self, j: int) -> bool:
+        p, g = self.cols[j]
+        return self.engine.p_origin[p][0] == g
+
+    def build(self, cut_bins: int | None) -> Any:
+        import highspy
+        import numpy as np
+
+        e = self.engine
+        h = highspy.Highs()
+        h.silent()
+        # Deterministic: one thread, a fixed seed, and work limits rather than time limits.
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", 0)
+        h.setOptionValue("mip_max_nodes", NODE_LIMIT)
+        inf = h.getInfinity()
+        n_g = len(self.counted)
+        self.yi = {g: i for i, g in enumerate(self.counted)}
+        fixed_in_use = [1.0 if self.base[g].used > 0 else 0.0 for g in self.counted]
+        h.addVars(n_g, np.array(fixed_in_use), np.ones(n_g))
+        self.x0 = x0 = n_g
+        n_x = len(self.cols)
+        h.addVars(n_x, np.zeros(n_x), np.ones(n_x))
+        integer = highspy.HighsVarType.kInteger
+        h.changeColsIntegrality(n_g + n_x, np.arange(n_g + n_x, dtype=np.int32), np.full(n_g + n_x, integer))
+        by_pod: dict[int, list[int]] = {}
+        by_gpu: dict[int, list[int]] = {}
+        by_node: dict[str, list[int]] = {}
+        for j, (p, g) in enumerate(self.cols):
+            by_pod.setdefault(p, []).append(j)
+            by_gpu.setdefault(g, []).append(j)
+            by_node.setdefault(e.g_node[g], []).append(j)
+        for js in by_pod.values():
+            h.addRow(1, 1, len(js), np.array([x0 + j for j in js], dtype=np.int32), np.ones(len(js)))
+        for g, js in by_gpu.items():
+            d, b = e.g_dev[g], self.base[g]
+            for k, cap in ((0, d.count - b.used), (1, d.devmem - b.usedmem), (2, d.devcore - b.usedcores)):
+                coef = []
+                for j in js:
+                    req = e.p_req[self.cols[j][0]]
+                    assert req is not None
+                    coef.append(1.0 if k == 0 else float(req.memory_on(d.devmem) if k == 1 else req.coresreq))
+                idx = [x0 + j for j in js] + [self.yi[g]]
+                h.addRow(-inf, 0, len(idx), np.array(idx, dtype=np.int32), np.array([*coef, -float(cap)]))
+            for j in js:  # x[p,g] <= y[g]: tightens the LP relaxation
+                h.addRow(-inf, 0, 2, np.array([x0 + j, self.yi[g]], dtype=np.int32), np.array([1.0, -1.0]))
+        # kube-scheduler's NodeResourcesFit: the movers ending on a node fit what the others leave
+        # (a node may always keep today's load, even when it is overcommitted).
+        for name, js in sorted(by_node.items()):
+            if name not in self.room:
+                continue
+            for dim, free in enumerate(_scaled(self.room[name])):
+                need = np.array([_scaled(e.p_res[self.cols[j][0]])[dim] for j in js])
+                home = sum(c for c, j in zip(need, js, strict=True) if e.g_node[e.p_origin[self.cols[j][0]][0]] == name)
+                limit = float(max(free, home))
+                if need.sum() <= limit:
+                    continue
+                nz = np.flatnonzero(need)
+                h.addRow(-inf, limit, len(nz), np.array([x0 + js[i] for i in nz], dtype=np.int32), need[nz])
+        away = [j for j in range(n_x) if not self.home(j)]
+        self.away = away
+        # Disruption budgets per workload, and the plan's move limit.
+        by_workload: dict[str, list[int]] = {}
+        for j in away:
+            wl = e.p_workload[self.cols[j][0]]
+            if wl is not None:
+                by_workload.setdefault(wl, []).append(j)
+        for wl, js in sorted(by_workload.items()):
+            left = self.options.limit_of(wl) - self.options.workload_moves_used.get(wl, 0)
+            if left < len({self.cols[j][0] for j in js}):
+                h.addRow(-inf, float(left), len(js), np.array([x0 + j for j in js], dtype=np.int32), np.ones(len(js)))
+        if self.options.max_moves is not None:
+            h.addRow(
+                -inf, float(self.options.max_moves), len(away), np.array([x0 + j for j in away], dtype=np.int32),
+                np.ones(len(away)),
+            )  # fmt: skip
+        if cut_bins is not None:
+            h.addRow(float(cut_bins), inf, n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+        return h
+
+    def assignment(self, h: Any) -> dict[int, int]:
+        """Pod -> the GPU it ends on, for the pods the solution moves."""
+        values = h.getSolution().col_value
+        return {self.cols[j][0]: self.cols[j][1] for j in self.away if values[self.x0 + j] > 0.5}
+
+
+def _has_solution(h: Any) -> bool:
+    return bool(h.getInfo().primal_solution_status == 2)
+
+
+def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move] = ()) -> ExactOutcome:
+    """A plan freeing more than `floor` GPUs (the greedy plan's gain), or None in `moves`.
+
+    `engine` must hold every pod at its original place; it is left holding the returned plan's
+    final places (or its original state).
+    """
+    import highspy
+    import numpy as np
+
+    started = time.perf_counter()
+    model = _Model(engine, options)
+    if not model.movers:
+        return ExactOutcome(None, 0, True, 0, time.perf_counter() - started, "no pod can move")
+    if len(model.cols) > EXACT_MAX_COLUMNS:
+        return ExactOutcome(
+            None, 0, False, 0, time.perf_counter() - started,
+            f"{len(model.cols)} pod-GPU pairs, over the exact planner's {EXACT_MAX_COLUMNS}",
+        )  # fmt: skip
+    cut = _bins_cut(engine, options, model)
+    h = model.build(cut)
+    n_g = len(model.counted)
+    h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+    _seed(h, model, seed)
+    h.run()
+    if not _has_solution(h):
+        return ExactOutcome(None, 0, False, 0, time.perf_counter() - started, "the solver found no assignment")
+    proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    used = round(h.getInfo().objective_function_value)
+    best = len(model.counted) - used - model.free_now
+    if best <= floor:
+        why = "no assignment frees more" if proven else "the solver found none that frees more within its node limit"
+        return ExactOutcome(None, best, proven, 0, time.perf_counter() - started, why)
+    first = model.assignment(h)
+    # Any assignment freeing `gain` with at most max_moves_per_gpu moves per freed GPU, then one
+    # GPU less if none has an order, down to one more than the floor. Not the fewest moves: those
+    # assignments are the ones that swap pods between full nodes, which no order can make (on
+    # the openb subsets most had none); an assignment that moves more pods makes more room, and
+    # the moves it did not need are dropped once it is ordered (_prune).
+    retries = 0
+    x0 = model.x0
+    idx_away = np.array([x0 + j for j in model.away], dtype=np.int32)
+    h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
+    k = float(options.max_moves_per_gpu)
+    for gain in range(best, floor, -1):
+        bins = len(model.counted) - model.free_now - gain
+        row_gain = h.getNumRow()
+        h.addRow(-h.getInfinity(), float(bins), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+        # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
+        idx = np.concatenate([idx_away, np.arange(n_g, dtype=np.int32)])
+        coef = np.concatenate([np.ones(len(idx_away)), np.full(n_g, k)])
+        h.addRow(-h.getInfinity(), k * (len(model.counted) - model.free_now), len(idx), idx, coef)
+        if gain == best:
+            _seed_assignment(h, model, first)
+        while retries <= MAX_RETRIES:
+            h.run()
+            if not _has_solution(h):
+                break
+            chosen = model.assignment(h)
+            moves = _ordered(engine, chosen)
+            if moves is not None:
+                moves = _prune(engine, model, moves)
+                note = f"a MILP frees {gain} (greedy {floor}"
+                note += ")" if gain == best else f"; {best} with no valid order found)"
+                return ExactOutcome(moves, gain, proven, retries, time.perf_counter() - started, note)
+            retries += 1
+            _no_good(h, model, chosen)
+        h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
+        if retries > MAX_RETRIES:
+            break
+    return ExactOutcome(
+        None, best, proven, retries, time.perf_counter() - started,
+        f"the solver's assignments freeing more than {floor} had no valid order",
+    )  # fmt: skip
+
+
+def _freed(engine: _Engine, model: _Model) -> int:
+    return sum(1 for g in model.counted if not engine.g_pods[g]) - model.free_now
+
+
+def _prune(engine: _Engine, model: _Model, moves: list[Move]) -> list[Move]:
+    """Send back home, last move first, every pod whose move the plan does not need: as many GPUs
+    freed and still an order. The engine is left holding the returned plan's places."""
+    gain = _freed(engine, model)
+    where = {engine.p_alloc[p].key: p for p in model.movers}
+    for m in reversed(moves):
+        p = where[m.pod]
+        home = engine.p_origin[p]
+        if not engine.fits_back(p, home):
+            continue
+        record = engine.apply(p, home)
+        if _freed(engine, model) >= gain:
+            shorter = _sequenced(engine)
+            if shorter is not None:
+                moves = shorter
+                continue
+        engine.undo(record)
+    return moves
+
+
+def _bins_cut(engine: _Engine, options: PlanOptions, model: _Model) -> int | None:
+    """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second."""
+    from hami_place_core.planner_bounds import pattern_bound, pool
+
+    p = pool(engine.state, options)
+    if p.bins != len(model.counted):
+        return None
+    bound = pattern_bound(engine.state, options, time_limit=10.0)
+    if bound is None or not bound.proven:
+        return None
+    return p.bins - bound.max_free
+
+
+def _seed(h: Any, model: _Model, seed: Sequence[Move]) -> None:
+    """Start from the greedy plan's final places (changes how fast, never what, HiGHS finds)."""
+    e = model.engine
+    where = {e.p_alloc[p].key: p for p in model.movers}
+    uuid_gid = {e.g_dev[g].uuid: g for g in model.counted}
+    chosen = {}
+    for m in seed:
+        p = where.get(m.pod)
+        if p is not None and len(m.to_uuids) == 1 and m.to_uuids[0] in uuid_gid:
+            chosen[p] = uuid_gid[m.to_uuids[0]]
+    _seed_assignment(h, model, chosen)
+
+
+def _seed_assignment(h: Any, model: _Model, chosen: dict[int, int]) -> None:
+    import numpy as np
+
+    e = model.engine
+    values = np.zeros(model.x0 + len(model.cols))
+    in_use = set()
+    for j, (p, g) in enumerate(model.cols):
+        if chosen.get(p, e.p_origin[p][0]) == g:
+            values[model.x0 + j] = 1.0
+            in_use.add(g)
+    for g, i in model.yi.items():
+        if g in in_use or model.base[g].used > 0:
+            values[i] = 1.0
+    h.setSolution(len(values), np.arange(len(values), dtype=np.int32), values)
+
+
+def _no_good(h: Any, model: _Model, chosen: dict[int, int]) -> None:
+    """Cut off exactly this assignment (every mover where it puts it, the other pods at home).
+    Cutting off more (every assignment making these moves, or sending these pods to these nodes)
+    found fewer plans on the openb subsets: an assignment that adds moves often has an order."""
+    import numpy as np
+
+    idx = [model.x0 + j for j, (p, g) in enumerate(model.cols) if chosen.get(p, model.engine.p_origin[p][0]) == g]
+    bound = float(len(model.movers) - 1)
+    h.addRow(-h.getInfinity(), bound, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
+
+
+def _ordered(engine: _Engine, chosen: dict[int, int]) -> list[Move] | None:
+    """The moves of `chosen` in an order where each is valid when made, or None."""
+    for p in sorted(chosen):
+        engine.apply(p, (chosen[p],))
+    moves = _sequenced(engine)
+    if moves is None:
+        engine.restore(list(engine.p_origin), [0] * len(engine.p_alloc))
+    return moves
+
+
+def _sequenced(engine: _Engine) -> list[Move] | None:
+    """The engine's moves in its own order (cheapest frees first), or else any order found by
+    search; None if neither exists."""
+    moves = engine.sequence()
+    if moves is None:
+        pending = [p for p in range(len(engine.p_alloc)) if engine.moved(p)]
+        order = _search_order(engine, pending)
+        if order is not None:
+            final_empty = {g for g in range(len(engine.g_dev)) if engine.g_counts[g] and not engine.g_pods[g]}
+            moves = engine._moves(order, final_empty)
+    return moves
+
+
+def _search_order(engine: _Engine, pending: list[int]) -> list[int] | None:
+    """Exhaustive over the sets of moves made (each set once: its state is the same whatever
+    order made it), at most ORDER_BUDGET sets."""
+    use, pods, room = engine._start(pending)
+    full = (1 << len(pending)) - 1
+    dead: set[int] = set()
+    looked = 0
+    order: list[int] = []
+
+    def search(done: int) -> bool | None:
+        nonlocal looked
+        if done == full:
+            return True
+        if done in dead:
+            return False
+        looked += 1
+        if looked > ORDER_BUDGET:
+            return None
+        for i, p in enumerate(pending):
+            if done >> i & 1 or not engine._fits_now(p, use, room):
+                continue
+            engine._step(p, use, pods, room)
+            order.append(p)
+            found = search(done | 1 << i)
+            if found is not False:
+                return found
+            order.pop()
+            engine._step(p, use, pods, room, back=True)
+        dead.add(done)
+        return False
+
+    return list(order) if search(0) else None
+
+
+__all__ = ["EXACT_MAX_COLUMNS", "EXACT_MAX_PAIRS", "ExactOutcome", "available", "solve"]

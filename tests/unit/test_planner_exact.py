@@ -1,0 +1,109 @@
+"""The exact planner (a MILP over final places, then an order) next to the greedy one.
+
+The fixture is a real one: 16 nodes of the shipped openb example (the benchmark's MILP subset
+14), where the greedy planner frees 3 GPUs and a plan of direct, valid moves frees 4 (the MILP's
+proven optimum). HiGHS is a dev dependency, so these tests run wherever the suite does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import cache
+from typing import Any
+
+import pytest
+
+from hami_place_core import planner_exact
+from hami_place_core.examples import resolve_snapshot
+from hami_place_core.planner import PlanOptions, SolverUnavailable, plan
+from hami_place_core.planner_bounds import milp_bound
+from hami_place_core.snapshot import load_snapshot
+from hami_place_core.state import ClusterState, build_state
+from tests.unit.test_planner import node, pod, replay
+
+SUBSET_14 = [
+    f"openb-node-{n:04d}" for n in (35, 37, 213, 397, 421, 576, 606, 666, 798, 823, 886, 1008, 1023, 1032, 1174, 1211)
+]
+
+
+@cache
+def subset_raw() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
+    keep = set(SUBSET_14)
+    return (
+        [n for n in nodes if n["metadata"]["name"] in keep],
+        [p for p in pods if (p.get("spec") or {}).get("nodeName") in keep],
+    )
+
+
+def subset() -> ClusterState:
+    nodes, pods = subset_raw()
+    return build_state(nodes, pods)
+
+
+def test_exact_frees_the_gpu_the_greedy_planner_misses() -> None:
+    state = subset()
+    greedy = plan(state, PlanOptions(solver="greedy"))
+    assert (greedy.gpus_freed, greedy.solver, greedy.solver_note) == (3, "greedy", "")
+    exact = plan(state, PlanOptions(solver="exact"))
+    optimum = milp_bound(state, time_limit=60, fewest_moves=False)
+    assert optimum.optimal and optimum.gain == 4
+    assert exact.solver == "exact" and exact.gpus_freed == 4, exact.solver_note
+    assert exact.solver_note == "exact planner: a MILP frees 4 (greedy 3)"
+    replay(state, exact.moves)  # every step valid: HAMi's Fit and node room, no GPU oversubscribed
+    # Within the planner's limits: max_moves_per_gpu (8) per freed GPU, one move per workload.
+    assert len(exact.moves) <= 8 * exact.gpus_freed
+    per_workload = Counter(m.workload for m in exact.moves)
+    assert per_workload and max(per_workload.values()) == 1
+    # Every move is needed: sending any one pod back home frees fewer GPUs or leaves no order.
+    assert len({m.pod for m in exact.moves}) == len(exact.moves)
+    frees = [f for m in exact.moves for f in m.frees]
+    assert len(frees) - sum(len(m.takes) for m in exact.moves) == 4
+    # auto is exact here (HiGHS installed, 16 nodes), and deterministic.
+    auto = plan(state)
+    assert auto.solver == "exact" and auto.moves == exact.moves
+
+
+def test_exact_keeps_to_the_move_limits() -> None:
+    state = subset()
+    few = plan(state, PlanOptions(solver="exact", max_moves=3))
+    assert len(few.moves) <= 3 and few.gpus_freed == 3
+    tight = plan(state, PlanOptions(solver="exact", max_moves_per_gpu=2))
+    assert len(tight.moves) <= 2 * max(tight.gpus_freed, 1)
+    replay(state, tight.moves)
+
+
+def test_the_greedy_plan_stays_when_the_milp_frees_no_more() -> None:
+    state = build_state(
+        [node("n1", 2)], [pod("a", "n1", (0,), 40, labels={"app": "a"}), pod("b", "n1", (1,), 30, labels={"app": "b"})]
+    )
+    p = plan(state, PlanOptions(solver="exact"))
+    assert p.gpus_freed == 1 and len(p.moves) == 1
+    assert (p.solver, p.solver_note) == ("greedy", "exact planner: no assignment frees more")
+
+
+def test_without_highspy_auto_falls_back_and_exact_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner_exact, "available", lambda: False)
+    state = subset()
+    p = plan(state)
+    assert (p.solver, p.gpus_freed) == ("greedy", 3)
+    assert p.solver_note == "exact planner not installed (highspy)"
+    with pytest.raises(SolverUnavailable, match=r"pip install 'hami-place\[exact\]'"):
+        plan(state, PlanOptions(solver="exact"))
+
+
+def test_large_states_are_left_to_the_greedy_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner_exact, "EXACT_MAX_PAIRS", 100)
+    p = plan(subset())
+    assert p.solver == "greedy" and p.gpus_freed == 3
+    assert p.solver_note.startswith("exact planner: state too large (") and "pod-GPU pairs" in p.solver_note
+
+
+def test_unknown_solver_is_refused() -> None:
+    with pytest.raises(ValueError, match="solver must be one of auto, greedy, exact"):
+        plan(subset(), PlanOptions(solver="cplex"))  # type: ignore[arg-type]
+
+
+def test_the_fragmentation_objective_never_runs_the_milp() -> None:
+    p = plan(subset(), PlanOptions(objective="fragmentation", solver="exact"))
+    assert (p.solver, p.solver_note) == ("greedy", "")
