@@ -663,7 +663,8 @@ def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, An
     rows = []
     for i in range(args.milp_instances):
         sub = restrict(state, rng.sample(names, args.milp_nodes))
-        p, secs = timed(lambda sub=sub: plan(sub))
+        p, secs = timed(lambda sub=sub: plan(sub))  # auto: the exact planner runs on 16 nodes
+        g, greedy_secs = timed(lambda sub=sub: plan(sub, PlanOptions(solver="greedy")))
         best = milp_bound(sub, time_limit=args.milp_time, start=p.moves)
         reach = direct_optimum(sub, best, p.moves, args.order_time)
         rows.append(
@@ -673,6 +674,11 @@ def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, An
                 "planner": p.gpus_freed,
                 "plannerMoves": len(p.moves),
                 "plannerSeconds": round(secs, 3),
+                "plannerSolver": p.solver,
+                "plannerNote": p.solver_note,
+                "greedy": g.gpus_freed,
+                "greedyMoves": len(g.moves),
+                "greedySeconds": round(greedy_secs, 3),
                 "milp": best.gain if best.optimal else None,
                 "milpMoves": best.moves,
                 "milpBound": best.bound_gain,
@@ -712,6 +718,12 @@ def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, An
         "orderedPlannerFreed": sum(r["planner"] for r in settled),
         "orderedOptimumFreed": sum(r["ordered"] for r in settled),
         "plannerMoves": sum(r["plannerMoves"] for r in proven),
+        "plannerSecondsMax": max((r["plannerSeconds"] for r in rows), default=0),
+        "plannerSecondsTotal": round(sum(r["plannerSeconds"] for r in rows), 1),
+        "exactUsed": sum(1 for r in proven if r["plannerSolver"] == "exact"),
+        "greedyFreed": sum(r["greedy"] for r in proven),
+        "greedyMoves": sum(r["greedyMoves"] for r in proven),
+        "greedyAtOptimum": sum(1 for r in proven if r["greedy"] == r["milp"]),
         "milpMinMoves": sum(r["milpMoves"] or 0 for r in proven if r["milpMoves"] is not None),
         "rows": rows,
     }
@@ -767,6 +779,13 @@ def table(report: dict[str, Any]) -> str:
             f"{sub['optimumFreed']} GPUs ({100 * (sub['ratio'] or 0):.1f}%), at the optimum on "
             f"{sub['instancesAtOptimum']}; moves {sub['plannerMoves']} (MILP fewest for its optimum: "
             f"{sub['milpMinMoves']})"
+        )
+        lines.append(
+            f"\nThe exact planner's plan was used on {sub['exactUsed']} (it frees more than the greedy one); "
+            f"planner time {sub['plannerSecondsTotal']} s in all, at most {sub['plannerSecondsMax']} s. "
+            f"The greedy planner alone (--solver greedy): {sub['greedyFreed']} of {sub['optimumFreed']} GPUs "
+            f"({100 * sub['greedyFreed'] / max(1, sub['optimumFreed']):.1f}%), at the optimum on "
+            f"{sub['greedyAtOptimum']}, {sub['greedyMoves']} moves"
         )
         if sub["orderable"]:
             lines.append(
