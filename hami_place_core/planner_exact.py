@@ -47,6 +47,9 @@ EXACT_MAX_COLUMNS = 40_000
 # machine's speed (a time limit would). On the openb 16-node subsets 2,000 found no more plans
 # than 1,000, in up to twice the time.
 NODE_LIMIT = 1_000
+# A safety net, not a budget: past this many seconds the greedy plan stays (the one way the
+# result can depend on the machine's speed). The openb 16-node subsets take at most 23 s.
+WALL_SECONDS = 60.0
 # Assignments without a valid order cut off before giving up (each costs a re-solve).
 MAX_RETRIES = 6
 # Sets of moves the order search may look at for one assignment.
@@ -240,7 +243,10 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
     n_g = len(model.counted)
     h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
     _seed(h, model, seed)
+    h.setOptionValue("time_limit", WALL_SECONDS)
     h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
+        return _timed_out(started)
     if not _has_solution(h):
         return ExactOutcome(None, 0, False, 0, time.perf_counter() - started, "the solver found no assignment")
     proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
@@ -271,7 +277,13 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
         if gain == best:
             _seed_assignment(h, model, first)
         while retries <= MAX_RETRIES:
+            left = WALL_SECONDS - (time.perf_counter() - started)
+            if left <= 0:
+                return _timed_out(started)
+            h.setOptionValue("time_limit", left)
             h.run()
+            if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
+                return _timed_out(started)
             if not _has_solution(h):
                 break
             chosen = model.assignment(h)
@@ -289,6 +301,13 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
     return ExactOutcome(
         None, best, proven, retries, time.perf_counter() - started,
         f"the solver's assignments freeing more than {floor} had no valid order",
+    )  # fmt: skip
+
+
+def _timed_out(started: float) -> ExactOutcome:
+    return ExactOutcome(
+        None, 0, False, 0, time.perf_counter() - started,
+        f"stopped after {WALL_SECONDS:g} s without a better plan (--solver greedy skips it)",
     )  # fmt: skip
 
 

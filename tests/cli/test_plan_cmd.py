@@ -172,3 +172,50 @@ def test_help_and_import_stay_light() -> None:
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture
+def subset14(tmp_path: Path) -> str:
+    """16 nodes of the example where the exact planner frees 4 GPUs and the greedy one 3."""
+    from tests.unit.test_planner_exact import subset_raw
+
+    nodes, pods = subset_raw()
+    return write_snapshot(tmp_path / "subset14.json", nodes, pods)
+
+
+def test_solver_choice_and_what_the_plan_says_about_it(subset14: str) -> None:
+    exact = ok("--snapshot", subset14, "--solver", "exact")
+    assert exact.rstrip().splitlines()[-1].startswith("planned in ")
+    assert exact.rstrip().endswith("by the exact planner (exact planner: a MILP frees 4 (greedy 3))"), exact[-300:]
+    assert re.match(r"plan \(free-gpus\): \d+ moves; whole GPUs free (\d+) -> (\d+)", exact)
+    greedy = json.loads(ok("--snapshot", subset14, "--solver", "greedy", "-o", "json"))
+    assert (greedy["solver"], greedy["solverNote"], greedy["gpusFreed"]) == ("greedy", "", 3)
+    auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
+    assert (auto["solver"], auto["gpusFreed"]) == ("exact", 4)
+    nodes, pods, _ = load_snapshot(subset14)
+    moves = [
+        Move(
+            m["pod"],
+            m["workload"],
+            m["from"]["node"],
+            tuple(m["from"]["gpus"]),
+            m["to"]["node"],
+            tuple(m["to"]["gpus"]),
+            tuple(m["to"]["uuids"]),
+            m["reason"],
+        )
+        for m in auto["moves"]
+    ]
+    assert len(moves) <= 8 * 4 and check_moves(build_state(nodes, pods), moves) == []
+
+
+def test_solver_exact_without_highspy_is_a_user_error(subset14: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hami_place_core import planner_exact
+
+    monkeypatch.setattr(planner_exact, "available", lambda: False)
+    result = invoke("--snapshot", subset14, "--solver", "exact")
+    # A UserError: the plugin's entry point prints it to stderr and exits 1.
+    assert result.exit_code == 1 and isinstance(result.exception, UserError), result.output
+    assert str(result.exception) == "the exact planner needs HiGHS: pip install 'hami-place[exact]' (highspy and numpy)"
+    auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
+    assert (auto["solver"], auto["solverNote"]) == ("greedy", "exact planner not installed (highspy)")

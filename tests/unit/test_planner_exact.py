@@ -107,3 +107,10 @@ def test_unknown_solver_is_refused() -> None:
 def test_the_fragmentation_objective_never_runs_the_milp() -> None:
     p = plan(subset(), PlanOptions(objective="fragmentation", solver="exact"))
     assert (p.solver, p.solver_note) == ("greedy", "")
+
+
+def test_a_solver_past_its_wall_limit_leaves_the_greedy_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner_exact, "WALL_SECONDS", 1e-9)
+    p = plan(subset())
+    assert (p.solver, p.gpus_freed) == ("greedy", 3)
+    assert p.solver_note == "exact planner: stopped after 1e-09 s without a better plan (--solver greedy skips it)"
