@@ -6,22 +6,25 @@ subsets of the openb trace that leaves about one GPU in six that a plan of direc
 can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
 once, each evacuation making the CPU or memory room another one needs. A solver sees those.
 
-Three steps, all deterministic (HiGHS runs single-threaded with node limits, not time limits):
+Three steps, deterministic (HiGHS runs single-threaded with work limits, not time limits; a
+60 s safety net keeps the greedy plan past that):
 
 1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
    each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
    disruption budgets and ``max_moves`` as rows; the bins' cutting-stock optimum
    (:func:`~hami_place_core.planner_bounds.pattern_bound`) as a cut, without which HiGHS takes
    minutes to prove what it finds in a second.
-2. *Fewest moves for that*: the gain fixed, at most ``max_moves_per_gpu`` moves per freed GPU.
-3. *An order*: the assignment goes into a fresh planner engine, which orders the moves as it
-   orders its own (cheapest frees first); if that deadlocks, an exhaustive search over the sets
-   of moves made (the state after a set does not depend on its order). With no order, that
-   assignment's pod-to-node choice is cut off and step 2 runs again, a few times.
+2. *An order*: an assignment freeing that many, with at most ``max_moves_per_gpu`` moves per
+   freed GPU, goes into a fresh planner engine, which orders the moves as it orders its own
+   (cheapest frees first); if that deadlocks, an exhaustive search over the sets of moves made
+   (the state after a set does not depend on its order). With no order, exactly that assignment
+   is cut off and HiGHS solves again, a few times; then one GPU less.
+3. *Only the moves needed*: last move first, a pod goes back home where the plan then frees as
+   many GPUs and still has an order.
 
 Only pods with one GPU container on one shared GPU move (as in the bounds); multi-GPU pods and
 exclusive requests stay put. HiGHS (``highspy``) is optional: without it, or on a state too large
-for it (``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy plan.
+for it (``EXACT_MAX_PAIRS``, ``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy plan.
 """
 
 from __future__ import annotations
