@@ -55,11 +55,31 @@ def make_archive(dist: Path, out: Path, plat: str) -> Path:
         return info
 
     with tarfile.open(target, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(onedir.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(onedir)), recursive=False, filter=clean)
+        for path, name in _members(onedir):
+            tar.add(path, arcname=name, recursive=False, filter=clean)
         tar.add(ROOT / "LICENSE", arcname="LICENSE", filter=clean)
         tar.add(ROOT / "release" / "kubectl_complete-hami_place", arcname="kubectl_complete-hami_place", filter=clean)
     return target
+
+
+def _members(onedir: Path) -> list[tuple[Path, str]]:
+    """(file on disk, name in the archive), symlinks replaced by what they point to: PyInstaller
+    links bundled shared libraries (numpy's OpenBLAS, HiGHS) into _internal/, and krew cannot
+    extract symlinks ("unable to handle file type 50")."""
+    out: list[tuple[Path, str]] = []
+
+    def walk(directory: Path, prefix: str) -> None:
+        for path in sorted(directory.iterdir()):
+            name = f"{prefix}{path.name}"
+            real = path.resolve() if path.is_symlink() else path
+            if real.is_dir():
+                out.append((real, name))
+                walk(real, f"{name}/")
+            else:
+                out.append((real, name))
+
+    walk(onedir, "")
+    return out
 
 
 def sha256(path: Path) -> str:

@@ -39,6 +39,8 @@ def test_archive_is_flat_with_license_and_completion_helper(archive: Path) -> No
         names = set(tar.getnames())
         assert {"kubectl-hami_place", "LICENSE", "kubectl_complete-hami_place"} <= names
         assert any(n.startswith("_internal/") for n in names)  # onedir layout, not onefile
+        # krew extracts regular files and directories only (PyInstaller links bundled libraries).
+        assert all(m.isfile() or m.isdir() for m in tar.getmembers())
         member = tar.getmember("kubectl-hami_place")
         assert member.mode & 0o111 and member.mtime == 0 and member.uname == ""
     assert archive.name == f"kubectl-hami_place_{release.__version__}_linux_amd64.tar.gz"
