@@ -15,7 +15,8 @@ Three steps, deterministic (HiGHS runs single-threaded with work limits, not tim
    (:func:`~hami_place_core.planner_bounds.pattern_bound`) as a cut, without which HiGHS takes
    minutes to prove what it finds in a second.
 2. *An order*: an assignment freeing that many, with at most ``max_moves_per_gpu`` moves per
-   freed GPU, goes into a fresh planner engine, which orders the moves as it orders its own
+   freed GPU and the fewest moves that must wait for another (their target GPU or node has no
+   room now), goes into a fresh planner engine, which orders the moves as it orders its own
    (cheapest frees first); if that deadlocks, an exhaustive search over the sets of moves made
    (the state after a set does not depend on its order). With no order, exactly that assignment
    is cut off and HiGHS solves again, a few times; then one GPU less.
@@ -55,6 +56,10 @@ NODE_LIMIT = 1_000
 WALL_SECONDS = 60.0
 # Assignments without a valid order cut off before giving up (each costs a re-solve).
 MAX_RETRIES = 6
+# The cost of a move that need not wait for another (one that must costs 1), in the search for an
+# assignment with an order.
+MOVE_COST = 0.05
+LEAN_TRIES = 3
 # Sets of moves the order search may look at for one assignment.
 ORDER_BUDGET = 5_000
 
@@ -259,15 +264,21 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
         why = "no assignment frees more" if proven else "the solver found none that frees more within its node limit"
         return ExactOutcome(None, best, proven, 0, time.perf_counter() - started, why)
     first = model.assignment(h)
-    # Any assignment freeing `gain` with at most max_moves_per_gpu moves per freed GPU, then one
+    # An assignment freeing `gain` with at most max_moves_per_gpu moves per freed GPU, then one
     # GPU less if none has an order, down to one more than the floor. Not the fewest moves: those
     # assignments are the ones that swap pods between full nodes, which no order can make (on
-    # the openb subsets most had none); an assignment that moves more pods makes more room, and
-    # the moves it did not need are dropped once it is ordered (_prune).
+    # the openb subsets most had none); the moves an ordered plan did not need are dropped
+    # afterwards (_prune).
     retries = 0
     x0 = model.x0
     idx_away = np.array([x0 + j for j in model.away], dtype=np.int32)
     h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
+    # Fewest moves that must wait for others: a move whose target GPU or node has no room for it
+    # now needs pods to leave first, and cycles of such moves are what leave an assignment
+    # without an order. Other moves cost a little (MOVE_COST), for shorter plans, for the first
+    # LEAN_TRIES tries; then nothing, which lets the solver add moves that make room.
+    waits = np.array([1.0 if _waits(engine, *model.cols[j]) else 0.0 for j in model.away])
+    h.changeColsCost(len(idx_away), idx_away, np.where(waits > 0, 1.0, MOVE_COST))
     k = float(options.max_moves_per_gpu)
     for gain in range(best, floor, -1):
         bins = len(model.counted) - model.free_now - gain
@@ -297,6 +308,8 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
                 note += ")" if gain == best else f"; {best} with no valid order found)"
                 return ExactOutcome(moves, gain, proven, retries, time.perf_counter() - started, note)
             retries += 1
+            if retries == LEAN_TRIES:
+                h.changeColsCost(len(idx_away), idx_away, waits)
             _no_good(h, model, chosen)
         h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
         if retries > MAX_RETRIES:
@@ -305,6 +318,17 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
         None, best, proven, retries, time.perf_counter() - started,
         f"the solver's assignments freeing more than {floor} had no valid order",
     )  # fmt: skip
+
+
+def _waits(engine: _Engine, p: int, g: int) -> bool:
+    """Pod p cannot go to GPU g before some pod leaves g or its node (as things stand now)."""
+    e = engine
+    req = e.p_req[p]
+    assert req is not None
+    src, dst = e.g_node[e.p_origin[p][0]], e.g_node[g]
+    if src != dst and dst in e.n_free and not e.n_free[dst].covers(e.p_res[p]):
+        return True
+    return gpu_fit_reason(req, e.g_dev[g], e.g_use[g], e.p_alloc[p].request.selectors, e.g_cordoned[g]) is not None
 
 
 def _timed_out(started: float) -> ExactOutcome:
