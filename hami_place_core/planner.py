@@ -1528,9 +1528,11 @@ def _exact(
     from hami_place_core import planner_exact
 
     pairs = sum(engine.p_static) * sum(engine.g_counts)
-    if pairs > planner_exact.EXACT_MAX_PAIRS:
+    limit = planner_exact.EXACT_MAX_PAIRS if options.solver == "exact" else planner_exact.EXACT_AUTO_PAIRS
+    if pairs > limit:
         # Checked before importing HiGHS: the full openb cluster has ~27 million pairs.
-        return greedy, "greedy", f"exact planner: state too large ({pairs:,} pod-GPU pairs to consider)"
+        why = f"state too large for {options.solver} ({pairs:,} pod-GPU pairs to consider, over {limit:,})"
+        return greedy, "greedy", f"exact planner: {why}"
 
     if not planner_exact.available():
         if options.solver == "exact":

@@ -41,11 +41,13 @@ from hami_place_core.node_resources import Resources
 if TYPE_CHECKING:
     from hami_place_core.planner import Move, PlanOptions, _Engine
 
-# Above this many (pod, GPU) pairs the model is too large to solve in a few seconds: the openb
-# 16-node subsets have 3,000-11,000 pairs (1,500-9,000 columns once HAMi's Fit and node room
-# rule pairs out), the 1,213-node cluster about 27 million. Pairs are counted before any model
-# is built; columns after.
+# Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
+# EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
+# 1,300-7,200 pairs and take up to 27 s; samples of 32 nodes (~6,000) took 0.1-60 s (the
+# safety net), of 64 (~60,000) 60 s; the 1,213-node cluster has about 27 million. Pairs are
+# counted before any model is built; columns (pairs HAMi's Fit and node room allow) after.
 EXACT_MAX_PAIRS = 250_000
+EXACT_AUTO_PAIRS = 8_000
 EXACT_MAX_COLUMNS = 40_000
 # Branch-and-bound nodes per HiGHS solve: a work limit, so the plan does not depend on the
 # machine's speed (a time limit would). On the openb 16-node subsets 2,000 found no more plans
@@ -472,4 +474,4 @@ def _search_order(engine: _Engine, pending: list[int]) -> list[int] | None:
     return list(order) if search(0) else None
 
 
-__all__ = ["EXACT_MAX_COLUMNS", "EXACT_MAX_PAIRS", "ExactOutcome", "available", "solve"]
+__all__ = ["EXACT_AUTO_PAIRS", "EXACT_MAX_COLUMNS", "EXACT_MAX_PAIRS", "ExactOutcome", "available", "solve"]

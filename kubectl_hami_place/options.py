@@ -155,7 +155,7 @@ def planner_options(fn: F) -> F:
             show_default=True,
             help="free-gpus only. greedy: the fast planner alone; exact: also a MILP over where every pod ends "
             "(HiGHS, `pip install 'hami-place[exact]'`), whose plan is used when it frees more GPUs; auto: exact "
-            "where HiGHS is installed and the cluster is small enough (a few dozen nodes).",
+            "where HiGHS is installed and the cluster is small (about 16-32 GPU nodes; exact takes up to ~80).",
         ),
         click.option(
             "--max-moves-per-workload",

@@ -7,6 +7,7 @@ proven optimum). HiGHS is a dev dependency, so these tests run wherever the suit
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from functools import cache
 from typing import Any
@@ -93,10 +94,17 @@ def test_without_highspy_auto_falls_back_and_exact_says_why(monkeypatch: pytest.
 
 
 def test_large_states_are_left_to_the_greedy_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner_exact, "EXACT_MAX_PAIRS", 100)
+    monkeypatch.setattr(planner_exact, "EXACT_AUTO_PAIRS", 100)
     p = plan(subset())
     assert p.solver == "greedy" and p.gpus_freed == 3
-    assert p.solver_note.startswith("exact planner: state too large (") and "pod-GPU pairs" in p.solver_note
+    assert re.fullmatch(
+        r"exact planner: state too large for auto \([\d,]+ pod-GPU pairs to consider, over 100\)", p.solver_note
+    )
+    # --solver exact goes further (EXACT_MAX_PAIRS), then refuses too.
+    assert plan(subset(), PlanOptions(solver="exact")).solver == "exact"
+    monkeypatch.setattr(planner_exact, "EXACT_MAX_PAIRS", 100)
+    refused = plan(subset(), PlanOptions(solver="exact"))
+    assert refused.solver == "greedy" and "too large for exact" in refused.solver_note
 
 
 def test_unknown_solver_is_refused() -> None:
