@@ -1530,7 +1530,7 @@ def _exact(
     pairs = sum(engine.p_static) * sum(engine.g_counts)
     limit = planner_exact.EXACT_MAX_PAIRS if options.solver == "exact" else planner_exact.EXACT_AUTO_PAIRS
     if pairs > limit:
-        # Checked before importing HiGHS: the full openb cluster has ~27 million pairs.
+        # Checked before importing HiGHS: the shipped openb example has 21.5 million pairs.
         why = f"state too large for {options.solver} ({pairs:,} pod-GPU pairs to consider, over {limit:,})"
         return greedy, "greedy", f"exact planner: {why}"
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
 # EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
 # 1,300-7,200 pairs and take up to 27 s; samples of 32 nodes (~6,000) took 0.1-60 s (the
-# safety net), of 64 (~60,000) 60 s; the 1,213-node cluster has about 27 million. Pairs are
+# safety net), of 64 (~60,000) 60 s; the 1,213-node example has 21.5 million. Pairs are
 # counted before any model is built; columns (pairs HAMi's Fit and node room allow) after.
 EXACT_MAX_PAIRS = 250_000
 EXACT_AUTO_PAIRS = 8_000
