@@ -24,7 +24,9 @@ sharing pods: each GPU is a bin with ``devcore`` compute and ``count`` share slo
   relaxation of an aggregated model: GPUs with the same pod sizes are one configuration; each
   ends as a bin pattern and pays one move per pod it loses). Same relaxation as pattern_bound.
 
-HiGHS (``highspy``) is imported only by the MILP/LP functions; it is a development dependency.
+HiGHS (``highspy``) is imported only by the MILP/LP functions: a development dependency here, and
+the optional ``exact`` extra for the exact planner (:mod:`hami_place_core.planner_exact`), which
+shares the helpers below.
 """
 
 from __future__ import annotations

@@ -85,11 +85,6 @@ def available() -> bool:
     return True
 
 
-def _scaled(q: Resources) -> tuple[float, float, float]:
-    # Cores and GiB: bytes (1e11) next to counts (1) leave HiGHS a badly scaled matrix.
-    return q.cpu / 1e3, q.memory / 2**30, float(q.pods)
-
-
 class _Model:
     """The MILP of one engine's state (the engine holds every pod at its original place)."""
 
@@ -148,9 +143,10 @@ class _Model:
         import highspy
         import numpy as np
 
+        from hami_place_core.planner_bounds import _highs, _scaled
+
         e = self.engine
-        h = highspy.Highs()
-        h.silent()
+        h = _highs()
         # Deterministic: one thread, a fixed seed, and work limits rather than time limits.
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)

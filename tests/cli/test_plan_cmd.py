@@ -35,6 +35,23 @@ def ok(*args: str) -> str:
     return result.stdout
 
 
+def moves_of(doc: dict[str, Any]) -> list[Move]:
+    """The moves of a `plan -o json` document, for check_moves."""
+    return [
+        Move(
+            m["pod"],
+            m["workload"],
+            m["from"]["node"],
+            tuple(m["from"]["gpus"]),
+            m["to"]["node"],
+            tuple(m["to"]["gpus"]),
+            tuple(m["to"]["uuids"]),
+            m["reason"],
+        )
+        for m in doc["moves"]
+    ]
+
+
 def write_snapshot(path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
     state = build_state(nodes, pods)
     doc = make_snapshot(nodes, pods, state, cluster_metrics(state, mix_from_state(state)), "test")
@@ -77,19 +94,7 @@ def test_json_is_a_valid_plan(tmp_path: Path) -> None:
     from hami_place_core.examples import resolve_snapshot
 
     nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
-    moves = [
-        Move(
-            m["pod"],
-            m["workload"],
-            m["from"]["node"],
-            tuple(m["from"]["gpus"]),
-            m["to"]["node"],
-            tuple(m["to"]["gpus"]),
-            tuple(m["to"]["uuids"]),
-            m["reason"],
-        )
-        for m in doc["moves"]
-    ]
+    moves = moves_of(doc)
     assert check_moves(build_state(nodes, pods), moves) == []
 
 
@@ -193,19 +198,7 @@ def test_solver_choice_and_what_the_plan_says_about_it(subset14: str) -> None:
     auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
     assert (auto["solver"], auto["gpusFreed"]) == ("exact", 4)
     nodes, pods, _ = load_snapshot(subset14)
-    moves = [
-        Move(
-            m["pod"],
-            m["workload"],
-            m["from"]["node"],
-            tuple(m["from"]["gpus"]),
-            m["to"]["node"],
-            tuple(m["to"]["gpus"]),
-            tuple(m["to"]["uuids"]),
-            m["reason"],
-        )
-        for m in auto["moves"]
-    ]
+    moves = moves_of(auto)
     assert len(moves) <= 8 * 4 and check_moves(build_state(nodes, pods), moves) == []
 
 
