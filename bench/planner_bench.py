@@ -12,16 +12,16 @@ after, and whether ``check_moves`` accepts the moves in order (GPU Fit, node con
 memory and pod slots, move by move). Upper bounds on the GPUs any plan can free: the Martello–Toth
 L2 bound, and the exact optimum of the same relaxation (cutting stock, HiGHS), both blind to node
 CPU and memory; the node-room bound (an aggregated MILP with per-node CPU, memory and pod-slot rows,
-``planner_bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
+``planning.bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
 planner's gain. The target check: by that LP (blind to node room and order, so it holds for every
 plan), the fewest moves per GPU for 92% of the node-room bound's gain, and the most GPUs any plan
-can free at no more than 1.3 moves per GPU (``planner_bounds.most_gain_at_rate``). On random
+can free at no more than 1.3 moves per GPU (``planning.bounds.most_gain_at_rate``). On random
 subsets of nodes, the MILP optimum (HiGHS, proven within the time limit, node rows included)
 against the planner, and whether the MILP's solution can be put in a valid order (the MILP ignores
 order, so where it cannot, its optimum may be out of any plan's reach).
 Every baseline checks node room for its moves as the planner does. Methods:
 
-- ``hami-place``: :func:`hami_place_core.planner.plan` with its defaults;
+- ``hami-place``: :func:`hami_place_core.planning.plan` with its defaults;
 - ``hami-place ≤1.3/GPU``: the longest prefix of that plan with at most 1.3 moves per freed GPU
   (every prefix of a plan is a valid plan);
 - ``best-fit greedy``: the planner without ejection chains or rerouting (``max_moves_per_gpu=1``):
@@ -63,8 +63,8 @@ import openb_replay as replay
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
 from hami_place_core.node_resources import Resources
-from hami_place_core.planner import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
-from hami_place_core.planner_bounds import (
+from hami_place_core.planning import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
+from hami_place_core.planning.bounds import (
     MilpResult,
     l2_bound,
     milp_bound,
@@ -74,7 +74,7 @@ from hami_place_core.planner_bounds import (
     pattern_bound,
     restrict,
 )
-from hami_place_core.planner_constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.planning.constraints import immovable_reason, node_refusal, node_schedulable
 from hami_place_core.requests import GpuRequest
 from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state

@@ -1,6 +1,6 @@
 """The exact planner for small clusters: a MILP over where every movable pod ends, then an order.
 
-The greedy planner (:mod:`hami_place_core.planner`) moves a pod only as part of emptying one GPU,
+The greedy planner (:mod:`hami_place_core.planning.strategies`) moves a pod only as part of emptying one GPU,
 and finds room on a full node only among the pods leaving it for that same GPU. On 16-node
 subsets of the openb trace that leaves about one GPU in six that a plan of direct, valid moves
 can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
@@ -12,7 +12,7 @@ Three steps, deterministic (HiGHS runs single-threaded with work limits, not tim
 1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
    each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
    disruption budgets and ``max_moves`` as rows; the bins' cutting-stock optimum
-   (:func:`~hami_place_core.planner_bounds.pattern_bound`) as a cut, without which HiGHS takes
+   (:func:`~hami_place_core.planning.bounds.pattern_bound`) as a cut, without which HiGHS takes
    minutes to prove what it finds in a second.
 2. *An order*: an assignment freeing that many, with at most ``max_moves_per_gpu`` moves per
    freed GPU and the fewest moves that must wait for another (their target GPU or node has no
@@ -33,13 +33,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.node_resources import Resources
-
-if TYPE_CHECKING:
-    from hami_place_core.planner import Move, PlanOptions, _Engine
+from hami_place_core.planning.bounds import pattern_bound, pool
+from hami_place_core.planning.engine import Engine
+from hami_place_core.planning.highs import new_highs, scaled
+from hami_place_core.planning.model import Move, PlanOptions
+from hami_place_core.planning.ordering import fits_now, moves_of, sequence, start, step
 
 # Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
 # EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
@@ -88,7 +90,7 @@ def available() -> bool:
 class _Model:
     """The MILP of one engine's state (the engine holds every pod at its original place)."""
 
-    def __init__(self, engine: _Engine, options: PlanOptions) -> None:
+    def __init__(self, engine: Engine, options: PlanOptions) -> None:
         self.engine = e = engine
         self.options = options
         self.counted = [g for g in range(len(e.g_dev)) if e.g_counts[g]]
@@ -143,10 +145,8 @@ class _Model:
         import highspy
         import numpy as np
 
-        from hami_place_core.planner_bounds import _highs, _scaled
-
         e = self.engine
-        h = _highs()
+        h = new_highs()
         # Deterministic: one thread, a fixed seed, and work limits rather than time limits.
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
@@ -187,8 +187,8 @@ class _Model:
         for name, js in sorted(by_node.items()):
             if name not in self.room:
                 continue
-            for dim, free in enumerate(_scaled(self.room[name])):
-                need = np.array([_scaled(e.p_res[self.cols[j][0]])[dim] for j in js])
+            for dim, free in enumerate(scaled(self.room[name])):
+                need = np.array([scaled(e.p_res[self.cols[j][0]])[dim] for j in js])
                 home = sum(c for c, j in zip(need, js, strict=True) if e.g_node[e.p_origin[self.cols[j][0]][0]] == name)
                 limit = float(max(free, home))
                 if need.sum() <= limit:
@@ -226,7 +226,7 @@ def _has_solution(h: Any) -> bool:
     return bool(h.getInfo().primal_solution_status == 2)
 
 
-def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move] = ()) -> ExactOutcome:
+def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move] = ()) -> ExactOutcome:
     """A plan freeing more than `floor` GPUs (the greedy plan's gain), or None in `moves`.
 
     `engine` must hold every pod at its original place; it is left holding the returned plan's
@@ -318,7 +318,7 @@ def solve(engine: _Engine, options: PlanOptions, floor: int, seed: Sequence[Move
     )  # fmt: skip
 
 
-def _waits(engine: _Engine, p: int, g: int) -> bool:
+def _waits(engine: Engine, p: int, g: int) -> bool:
     """Pod p cannot go to GPU g before some pod leaves g or its node (as things stand now)."""
     e = engine
     req = e.p_req[p]
@@ -336,11 +336,11 @@ def _timed_out(started: float) -> ExactOutcome:
     )  # fmt: skip
 
 
-def _freed(engine: _Engine, model: _Model) -> int:
+def _freed(engine: Engine, model: _Model) -> int:
     return sum(1 for g in model.counted if not engine.g_pods[g]) - model.free_now
 
 
-def _prune(engine: _Engine, model: _Model, moves: list[Move]) -> list[Move]:
+def _prune(engine: Engine, model: _Model, moves: list[Move]) -> list[Move]:
     """Send back home, last move first, every pod whose move the plan does not need: as many GPUs
     freed and still an order. The engine is left holding the returned plan's places."""
     gain = _freed(engine, model)
@@ -360,10 +360,8 @@ def _prune(engine: _Engine, model: _Model, moves: list[Move]) -> list[Move]:
     return moves
 
 
-def _bins_cut(engine: _Engine, options: PlanOptions, model: _Model) -> int | None:
+def _bins_cut(engine: Engine, options: PlanOptions, model: _Model) -> int | None:
     """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second."""
-    from hami_place_core.planner_bounds import pattern_bound, pool
-
     p = pool(engine.state, options)
     if p.bins != len(model.counted):
         return None
@@ -413,7 +411,7 @@ def _no_good(h: Any, model: _Model, chosen: dict[int, int]) -> None:
     h.addRow(-h.getInfinity(), bound, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
 
 
-def _ordered(engine: _Engine, chosen: dict[int, int]) -> list[Move] | None:
+def _ordered(engine: Engine, chosen: dict[int, int]) -> list[Move] | None:
     """The moves of `chosen` in an order where each is valid when made, or None."""
     for p in sorted(chosen):
         engine.apply(p, (chosen[p],))
@@ -423,23 +421,23 @@ def _ordered(engine: _Engine, chosen: dict[int, int]) -> list[Move] | None:
     return moves
 
 
-def _sequenced(engine: _Engine) -> list[Move] | None:
+def _sequenced(engine: Engine) -> list[Move] | None:
     """The engine's moves in its own order (cheapest frees first), or else any order found by
     search; None if neither exists."""
-    moves = engine.sequence()
+    moves = sequence(engine)
     if moves is None:
         pending = [p for p in range(len(engine.p_alloc)) if engine.moved(p)]
         order = _search_order(engine, pending)
         if order is not None:
             final_empty = {g for g in range(len(engine.g_dev)) if engine.g_counts[g] and not engine.g_pods[g]}
-            moves = engine._moves(order, final_empty)
+            moves = moves_of(engine, order, final_empty)
     return moves
 
 
-def _search_order(engine: _Engine, pending: list[int]) -> list[int] | None:
+def _search_order(engine: Engine, pending: list[int]) -> list[int] | None:
     """Exhaustive over the sets of moves made (each set once: its state is the same whatever
     order made it), at most ORDER_BUDGET sets."""
-    use, pods, room = engine._start(pending)
+    use, pods, room = start(engine, pending)
     full = (1 << len(pending)) - 1
     dead: set[int] = set()
     looked = 0
@@ -455,15 +453,15 @@ def _search_order(engine: _Engine, pending: list[int]) -> list[int] | None:
         if looked > ORDER_BUDGET:
             return None
         for i, p in enumerate(pending):
-            if done >> i & 1 or not engine._fits_now(p, use, room):
+            if done >> i & 1 or not fits_now(engine, p, use, room):
                 continue
-            engine._step(p, use, pods, room)
+            step(engine, p, use, pods, room)
             order.append(p)
             found = search(done | 1 << i)
             if found is not False:
                 return found
             order.pop()
-            engine._step(p, use, pods, room, back=True)
+            step(engine, p, use, pods, room, back=True)
         dead.add(done)
         return False
 

@@ -25,8 +25,8 @@ sharing pods: each GPU is a bin with ``devcore`` compute and ``count`` share slo
   ends as a bin pattern and pays one move per pod it loses). Same relaxation as pattern_bound.
 
 HiGHS (``highspy``) is imported only by the MILP/LP functions: a development dependency here, and
-the optional ``exact`` extra for the exact planner (:mod:`hami_place_core.planner_exact`), which
-shares the helpers below.
+the optional ``exact`` extra for the exact planner (:mod:`hami_place_core.planning.exact`), which
+shares the helpers of :mod:`hami_place_core.planning.highs` and uses :func:`pattern_bound` as a cut.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ from typing import Any
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.node_resources import ZERO, Resources
-from hami_place_core.planner import Move, PlanOptions, apply_moves
-from hami_place_core.planner_constraints import (
+from hami_place_core.planning.constraints import (
     constraint_signature,
     immovable_reason,
     node_refusal,
     node_schedulable,
 )
+from hami_place_core.planning.highs import new_highs, scaled
+from hami_place_core.planning.model import Move, PlanOptions, apply_moves
 from hami_place_core.state import ClusterState, PodAllocation
 
 
@@ -153,14 +154,6 @@ def l2_bound(state: ClusterState, options: PlanOptions | None = None) -> Bound:
     return Bound("L2", need, max_free, max_free - p.whole_free)
 
 
-def _highs() -> Any:
-    import highspy
-
-    h = highspy.Highs()
-    h.silent()
-    return h
-
-
 def _patterns(counts: Mapping[int, int], capacity: int, slots: int) -> list[tuple[int, ...]]:
     sizes = sorted(counts, reverse=True)
     out: list[tuple[int, ...]] = []
@@ -193,7 +186,7 @@ def pattern_bound(state: ClusterState, options: PlanOptions | None = None, time_
     counts = Counter(p.sizes)
     sizes = sorted(counts, reverse=True)
     pats = [x for x in _patterns(counts, p.capacity, p.slots) if any(x)]
-    h = _highs()
+    h = new_highs()
     n = len(pats)
     inf = h.getInfinity()
     h.addVars(n, np.zeros(n), np.full(n, inf))
@@ -279,7 +272,7 @@ def node_room_bound(state: ClusterState, options: PlanOptions | None = None, tim
     room = _fixed_room(state, movers)
     if not nodes:  # HiGHS calls an empty model neither optimal nor solved
         return Bound("node room", 0, 0, 0)
-    h = _highs()
+    h = new_highs()
     inf = h.getInfinity()
     n_n = len(nodes)
     lo = np.array([float(len(fixed_gpus.get(n, ()))) for n in nodes])
@@ -338,8 +331,8 @@ def node_room_bound(state: ClusterState, options: PlanOptions | None = None, tim
             r = room[name]
             reqs = [c_res[cols[j][0]] for j in js]
             home = [c_home[cols[j][0]][name] for j in js]
-            for dim, cap in enumerate(_scaled(r)):
-                coef = np.array([_scaled(q)[dim] for q in reqs])
+            for dim, cap in enumerate(scaled(r)):
+                coef = np.array([scaled(q)[dim] for q in reqs])
                 limit = max(cap, float(np.dot(coef, home)))
                 nz = np.flatnonzero(coef)
                 if len(nz):
@@ -393,7 +386,7 @@ def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOption
     cv = np.array([[c.count(s) for s in sizes] for c, _ in conf], dtype=np.int64)
     n_c, n_p = len(conf), len(pats)
     cost = np.maximum(cv[:, None, :] - pats[None, :, :], 0).sum(axis=2).reshape(-1).astype(float)
-    h = _highs()
+    h = new_highs()
     n = n_c * n_p
     inf = h.getInfinity()
     h.addVars(n, np.zeros(n), np.full(n, inf))
@@ -506,7 +499,7 @@ def milp_bound(
     free_now = sum(1 for u in uuids if state.nodes[counted[u][0]].usage[u].used == 0)
     if not uuids:  # HiGHS calls an empty model neither optimal nor solved
         return MilpResult(0, 0, True, 0, time.perf_counter() - started)
-    h = _highs()
+    h = new_highs()
     inf = h.getInfinity()
     n_g = len(uuids)
     # y[g]: columns 0..n_g-1
@@ -617,11 +610,6 @@ def _mover(state: ClusterState, alloc: PodAllocation, options: PlanOptions, coun
     )
 
 
-def _scaled(q: Resources) -> tuple[float, float, float]:
-    # Cores and GiB: bytes (1e11) next to counts (1) leave HiGHS a badly scaled matrix.
-    return q.cpu / 1e3, q.memory / 2**30, float(q.pods)
-
-
 def _fixed_room(state: ClusterState, movers: set[str]) -> dict[str, Resources]:
     """Per node that states allocatable: what is left once every pod but the movers is counted."""
     out: dict[str, Resources] = {}
@@ -656,11 +644,11 @@ def _node_rows(
         if name not in room:
             continue
         r = room[name]
-        for dim, cap in enumerate(_scaled(r)):
-            coef = np.array([_scaled(need[cols[j][0]])[dim] for j in js])
+        for dim, cap in enumerate(scaled(r)):
+            coef = np.array([scaled(need[cols[j][0]])[dim] for j in js])
             # Staying put is always possible, even on a node that is overcommitted now (allocatable
             # shrank, or requests were never checked): the row allows at least today's load.
-            home = sum(_scaled(need[cols[j][0]])[dim] for j in js if cols[j][4])
+            home = sum(scaled(need[cols[j][0]])[dim] for j in js if cols[j][4])
             limit = max(cap, home)
             if coef.sum() <= limit:
                 continue  # the row could never bind
