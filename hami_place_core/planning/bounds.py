@@ -32,13 +32,14 @@ shares the helpers of :mod:`hami_place_core.planning.highs` and uses :func:`patt
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hami_place_core.annotations import GpuDevice
-from hami_place_core.fit import gpu_fit_reason
+from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.node_resources import ZERO, Resources
 from hami_place_core.planning.constraints import (
     constraint_signature,
@@ -220,138 +221,189 @@ def node_room_bound(state: ClusterState, options: PlanOptions | None = None, tim
     the pattern optimum's bins are cuts. It relaxes the packing inside a node to those rows and the order of
     moves, so the gain is an upper bound; the solver's dual bound is used if the time runs out.
     """
-    import highspy
-    import numpy as np
-
     options = options or PlanOptions()
-    counted = _bins(state)
+    model = _NodeRoom(state, options)
+    if not model.nodes:  # HiGHS calls an empty model neither optimal nor solved
+        return Bound("node room", 0, 0, 0)
+    return model.solve(time_limit)
+
+
+class _NodeRoom:
+    """The model of :func:`node_room_bound`: nodes (those with a bin no exclusive pod holds), the
+    load of the pods that stay on each, and the classes of movable pods."""
+
+    def __init__(self, state: ClusterState, options: PlanOptions) -> None:
+        import numpy as np
+
+        self.state, self.options = state, options
+        self.counted = counted = _bins(state)
+        self.exclusive = _exclusive(state, counted)
+        self.nodes = sorted({n for u, (n, _) in counted.items() if u not in self.exclusive})
+        self.ni = {n: i for i, n in enumerate(self.nodes)}
+        self.bins = np.zeros(len(self.nodes))
+        self.devcore = np.zeros(len(self.nodes))
+        self.slots = np.zeros(len(self.nodes))
+        for u, (n, d) in counted.items():
+            if u not in self.exclusive:
+                i = self.ni[n]
+                self.bins[i] += 1
+                self.devcore[i] = max(self.devcore[i], d.devcore)
+                self.slots[i] = max(self.slots[i], d.count)
+        self.fixed_gpus: dict[str, set[str]] = {}
+        self.fixed_load = np.zeros((len(self.nodes), 5))  # compute, slots, pods over devcore/2, /3, /4
+        # A movable pod is one item per GPU share (a multi-GPU pod's shares may part in this
+        # relaxation; its CPU, memory and pod slot ride with the first share). Items alike form a class.
+        self.classes: dict[tuple[Any, ...], list[tuple[PodAllocation, int, Resources]]] = {}
+        movers = self._sort_pods()
+        self.room = _fixed_room(state, movers)
+
+    def _sort_pods(self) -> set[str]:
+        """Movable pods into classes, the others into the fixed load of their nodes: the movers."""
+        state, counted, exclusive = self.state, self.counted, self.exclusive
+        movers: set[str] = set()
+        for key in sorted(state.pods):
+            alloc = state.pods[key]
+            on = [u for u in alloc.per_gpu if u in counted and u not in exclusive]
+            if not on:
+                continue
+            if (
+                len(on) == len(alloc.per_gpu)
+                and immovable_reason(alloc, self.options.excluded_namespaces, state.problems) is None
+            ):
+                movers.add(key)
+                for share, u in enumerate(sorted(on)):
+                    cores = alloc.per_gpu[u][2]
+                    res = state.requests_of(key) if share == 0 else ZERO
+                    sig = (cores, res, constraint_signature(alloc), repr(alloc.request.selectors))
+                    self.classes.setdefault(sig, []).append((alloc, cores, res))
+                continue
+            for u in on:
+                i = self.ni[counted[u][0]]
+                _, _, cores = alloc.per_gpu[u]
+                self.fixed_gpus.setdefault(self.nodes[i], set()).add(u)
+                self.fixed_load[i] += [cores, 1, *(cores > self.devcore[i] / (t + 1) for t in (1, 2, 3))]
+        return movers
+
+    def solve(self, time_limit: float) -> Bound:
+        import highspy
+        import numpy as np
+
+        state, nodes = self.state, self.nodes
+        h = new_highs()
+        inf = h.getInfinity()
+        n_n = len(nodes)
+        lo = np.array([float(len(self.fixed_gpus.get(n, ()))) for n in nodes])
+        h.addVars(n_n, lo, self.bins.astype(float))
+        h.changeColsIntegrality(n_n, np.arange(n_n, dtype=np.int32), np.full(n_n, highspy.HighsVarType.kInteger))
+        h.changeColsCost(n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
+        self.members_of = list(self.classes.values())
+        self.c_cores = [m[0][1] for m in self.members_of]
+        self.c_res = [m[0][2] for m in self.members_of]
+        self.c_home = [Counter(a.node for a, _, _ in m) for m in self.members_of]
+        cols = self._columns()
+        n_x = len(cols)
+        h.addVars(n_x, np.zeros(n_x), np.full(n_x, inf))
+        self._rows(h, cols)
+        # L2's need and the pattern model's (or its dual bound) are valid floors on the bins in use:
+        # the bound is never looser than either.
+        floor = l2_bound(state, self.options).bins_needed
+        cut = pattern_bound(state, self.options, time_limit=min(30.0, time_limit))
+        if cut is not None:
+            floor = max(floor, cut.bins_needed)
+        h.addRow(float(floor), inf, n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
+        h.setOptionValue("time_limit", float(time_limit))
+        h.run()
+        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        info = h.getInfo()
+        need = math.ceil((info.objective_function_value if optimal else info.mip_dual_bound) - 1e-6)
+        whole_free = sum(
+            1 for u, (n, _) in self.counted.items() if u not in self.exclusive and state.nodes[n].usage[u].used == 0
+        )
+        max_free = int(self.bins.sum()) - need
+        return Bound("node room", need, max_free, max_free - whole_free, proven=optimal)
+
+    def _columns(self) -> list[tuple[int, int]]:
+        """(class, node): every class on its own nodes, and on each node that would take one of it."""
+        cols: list[tuple[int, int]] = []
+        for k, members in enumerate(self.members_of):
+            rep = members[0][0]
+            for n in self.nodes:
+                if n in self.c_home[k] or self._takes(k, rep, n):
+                    cols.append((k, self.ni[n]))
+        return cols
+
+    def _takes(self, k: int, rep: PodAllocation, n: str) -> bool:
+        """Node `n` would take a pod of class `k` (`rep`): kube-scheduler's filters, node room, and a
+        GPU of an allowed type and UUID with the compute."""
+        node = self.state.nodes[n]
+        if node_refusal(rep, node) is not None:
+            return False
+        if n in self.room and not self.room[n].covers(self.c_res[k]):
+            return False
+        sel = rep.request.selectors
+        return any(
+            d.uuid in self.counted
+            and d.uuid not in self.exclusive
+            and sel.type_allowed(d.type)
+            and sel.uuid_allowed(d.uuid)
+            and self.c_cores[k] < d.devcore
+            for d in node.devices
+        )
+
+    def _rows(self, h: Any, cols: list[tuple[int, int]]) -> None:
+        """Every class keeps its count; per node the compute, slot and size rows, and node room."""
+        import numpy as np
+
+        inf = h.getInfinity()
+        x0 = len(self.nodes)
+        by_class: dict[int, list[int]] = {}
+        by_node: dict[int, list[int]] = {}
+        for j, (k, i) in enumerate(cols):
+            by_class.setdefault(k, []).append(x0 + j)
+            by_node.setdefault(i, []).append(j)
+        for k, xs in by_class.items():
+            count = float(len(self.members_of[k]))
+            h.addRow(count, count, len(xs), np.array(xs, dtype=np.int32), np.ones(len(xs)))
+        devcore, slots, fixed_load = self.devcore, self.slots, self.fixed_load
+        for i, js in by_node.items():
+            sizes = np.array([float(self.c_cores[cols[j][0]]) for j in js])
+            idx = np.array([x0 + j for j in js] + [i], dtype=np.int32)
+            rows = [
+                (sizes, devcore[i], fixed_load[i, 0]),
+                (np.ones(len(js)), slots[i], fixed_load[i, 1]),
+                *(((sizes > devcore[i] / (t + 1)).astype(float), float(t), fixed_load[i, 1 + t]) for t in (1, 2, 3)),
+            ]
+            for coef, per_gpu, fixed in rows:
+                if coef.any():
+                    h.addRow(-inf, -float(fixed), len(idx), idx, np.array([*coef, -float(per_gpu)]))
+            self._room_rows(h, self.nodes[i], [cols[j][0] for j in js], [x0 + j for j in js])
+
+    def _room_rows(self, h: Any, name: str, ks: list[int], xs: list[int]) -> None:
+        """The movers' CPU, memory and pod slots on node `name` (columns `xs` of classes `ks`) fit
+        what the pods that stay leave; a node may always keep today's load."""
+        import numpy as np
+
+        if name not in self.room:
+            return
+        reqs = [self.c_res[k] for k in ks]
+        home = [self.c_home[k][name] for k in ks]
+        for dim, cap in enumerate(scaled(self.room[name])):
+            coef = np.array([scaled(q)[dim] for q in reqs])
+            limit = max(cap, float(np.dot(coef, home)))
+            nz = np.flatnonzero(coef)
+            if len(nz):
+                h.addRow(-h.getInfinity(), limit, len(nz), np.array([xs[z] for z in nz], dtype=np.int32), coef[nz])
+
+
+def _exclusive(state: ClusterState, counted: Mapping[str, tuple[str, GpuDevice]]) -> set[str]:
+    """The counted GPUs held by an exclusive pod (one asking for all of a GPU's cores)."""
     exclusive: set[str] = set()
     for alloc in state.pods.values():
         cores = max((r.coresreq for r in alloc.request.gpu_containers), default=0)
         on = [u for u in alloc.per_gpu if u in counted]
         if any(counted[u][1].devcore <= cores for u in on):
             exclusive.update(on)
-    nodes = sorted({n for u, (n, _) in counted.items() if u not in exclusive})
-    ni = {n: i for i, n in enumerate(nodes)}
-    bins = np.zeros(len(nodes))
-    devcore = np.zeros(len(nodes))
-    slots = np.zeros(len(nodes))
-    for u, (n, d) in counted.items():
-        if u not in exclusive:
-            i = ni[n]
-            bins[i] += 1
-            devcore[i] = max(devcore[i], d.devcore)
-            slots[i] = max(slots[i], d.count)
-    fixed_gpus: dict[str, set[str]] = {}
-    fixed_load = np.zeros((len(nodes), 5))  # compute, slots, pods over devcore/2, /3, /4
-    movers: set[str] = set()
-    # A movable pod is one item per GPU share (a multi-GPU pod's shares may part in this relaxation;
-    # its CPU, memory and pod slot ride with the first share). Items alike form a class.
-    classes: dict[tuple[Any, ...], list[tuple[PodAllocation, int, Resources]]] = {}
-    for key in sorted(state.pods):
-        alloc = state.pods[key]
-        on = [u for u in alloc.per_gpu if u in counted and u not in exclusive]
-        if not on:
-            continue
-        if (
-            len(on) == len(alloc.per_gpu)
-            and immovable_reason(alloc, options.excluded_namespaces, state.problems) is None
-        ):
-            movers.add(key)
-            for share, u in enumerate(sorted(on)):
-                cores = alloc.per_gpu[u][2]
-                res = state.requests_of(key) if share == 0 else ZERO
-                sig = (cores, res, constraint_signature(alloc), repr(alloc.request.selectors))
-                classes.setdefault(sig, []).append((alloc, cores, res))
-            continue
-        for u in on:
-            i = ni[counted[u][0]]
-            _, _, cores = alloc.per_gpu[u]
-            fixed_gpus.setdefault(nodes[i], set()).add(u)
-            fixed_load[i] += [cores, 1, *(cores > devcore[i] / (t + 1) for t in (1, 2, 3))]
-    room = _fixed_room(state, movers)
-    if not nodes:  # HiGHS calls an empty model neither optimal nor solved
-        return Bound("node room", 0, 0, 0)
-    h = new_highs()
-    inf = h.getInfinity()
-    n_n = len(nodes)
-    lo = np.array([float(len(fixed_gpus.get(n, ()))) for n in nodes])
-    h.addVars(n_n, lo, bins.astype(float))
-    h.changeColsIntegrality(n_n, np.arange(n_n, dtype=np.int32), np.full(n_n, highspy.HighsVarType.kInteger))
-    h.changeColsCost(n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
-    members_of = list(classes.values())
-    c_cores = [m[0][1] for m in members_of]
-    c_res = [m[0][2] for m in members_of]
-    c_home = [Counter(a.node for a, _, _ in m) for m in members_of]
-    cols: list[tuple[int, int]] = []  # (class, node)
-    for k, members in enumerate(members_of):
-        rep = members[0][0]
-        sel = rep.request.selectors
-        for n in nodes:
-            node = state.nodes[n]
-            if n not in c_home[k]:
-                if node_refusal(rep, node) is not None:
-                    continue
-                if n in room and not room[n].covers(c_res[k]):
-                    continue
-                if not any(
-                    d.uuid in counted
-                    and d.uuid not in exclusive
-                    and sel.type_allowed(d.type)
-                    and sel.uuid_allowed(d.uuid)
-                    and c_cores[k] < d.devcore
-                    for d in node.devices
-                ):
-                    continue
-            cols.append((k, ni[n]))
-    x0 = n_n
-    n_x = len(cols)
-    h.addVars(n_x, np.zeros(n_x), np.full(n_x, inf))
-    by_class: dict[int, list[int]] = {}
-    by_node: dict[int, list[int]] = {}
-    for j, (k, i) in enumerate(cols):
-        by_class.setdefault(k, []).append(x0 + j)
-        by_node.setdefault(i, []).append(j)
-    for k, xs in by_class.items():
-        count = float(len(members_of[k]))
-        h.addRow(count, count, len(xs), np.array(xs, dtype=np.int32), np.ones(len(xs)))
-    for i, js in by_node.items():
-        sizes = np.array([float(c_cores[cols[j][0]]) for j in js])
-        idx = np.array([x0 + j for j in js] + [i], dtype=np.int32)
-        rows = [
-            (sizes, devcore[i], fixed_load[i, 0]),
-            (np.ones(len(js)), slots[i], fixed_load[i, 1]),
-            *(((sizes > devcore[i] / (t + 1)).astype(float), float(t), fixed_load[i, 1 + t]) for t in (1, 2, 3)),
-        ]
-        for coef, per_gpu, fixed in rows:
-            if coef.any():
-                h.addRow(-inf, -float(fixed), len(idx), idx, np.array([*coef, -float(per_gpu)]))
-        name = nodes[i]
-        if name in room:
-            r = room[name]
-            reqs = [c_res[cols[j][0]] for j in js]
-            home = [c_home[cols[j][0]][name] for j in js]
-            for dim, cap in enumerate(scaled(r)):
-                coef = np.array([scaled(q)[dim] for q in reqs])
-                limit = max(cap, float(np.dot(coef, home)))
-                nz = np.flatnonzero(coef)
-                if len(nz):
-                    h.addRow(-inf, limit, len(nz), np.array([x0 + js[z] for z in nz], dtype=np.int32), coef[nz])
-    # L2's need and the pattern model's (or its dual bound) are valid floors on the bins in use:
-    # the bound is never looser than either.
-    floor = l2_bound(state, options).bins_needed
-    cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
-    if cut is not None:
-        floor = max(floor, cut.bins_needed)
-    h.addRow(float(floor), inf, n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
-    h.setOptionValue("time_limit", float(time_limit))
-    h.run()
-    optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    info = h.getInfo()
-    need = math.ceil((info.objective_function_value if optimal else info.mip_dual_bound) - 1e-6)
-    whole_free = sum(1 for u, (n, _) in counted.items() if u not in exclusive and state.nodes[n].usage[u].used == 0)
-    max_free = int(bins.sum()) - need
-    return Bound("node room", need, max_free, max_free - whole_free, proven=optimal)
+    return exclusive
 
 
 def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOptions | None = None) -> dict[int, float]:
@@ -473,43 +525,96 @@ def milp_bound(
     Without `fewest_moves` the second stage is skipped (`moves` is None) and `assignment` is the
     first stage's solution: deterministic, where a time-limited second stage is not.
     """
-    import time
-
-    import highspy
     import numpy as np
 
     started = time.perf_counter()
     options = options or PlanOptions()
     counted = _bins(state)
     uuids = list(counted)
-    gi = {u: i for i, u in enumerate(uuids)}
-    fixed = {u: [0, 0, 0] for u in uuids}  # slots, mem, cores of pods that stay
-    movers = []
-    for key in sorted(state.pods):
-        alloc = state.pods[key]
-        if not _mover(state, alloc, options, counted):
-            for u, (slots, mem, cores) in alloc.per_gpu.items():
-                if u in fixed:
-                    f = fixed[u]
-                    f[0] += slots
-                    f[1] += mem
-                    f[2] += cores
-        else:
-            movers.append(alloc)
+    fixed, movers = _milp_split(state, options, counted)
     free_now = sum(1 for u in uuids if state.nodes[counted[u][0]].usage[u].used == 0)
     if not uuids:  # HiGHS calls an empty model neither optimal nor solved
         return MilpResult(0, 0, True, 0, time.perf_counter() - started)
     h = new_highs()
-    inf = h.getInfinity()
     n_g = len(uuids)
     # y[g]: columns 0..n_g-1
     y_lo = np.array([1.0 if fixed[u][0] else 0.0 for u in uuids])
     h.addVars(n_g, y_lo, np.ones(n_g))
-    h.changeColsIntegrality(n_g, np.arange(n_g, dtype=np.int32), np.full(n_g, highspy.HighsVarType.kInteger))
+    _integral(h, 0, n_g)
     h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
-    cols: list[tuple[int, int, int, int, bool]] = []  # (mover, gpu, mem, cores, is home)
-    from hami_place_core.fit import GpuUsage
+    cols = _milp_columns(state, movers, counted, fixed)
+    n_x = len(cols)
+    h.addVars(n_x, np.zeros(n_x), np.ones(n_x))
+    x0 = n_g
+    _integral(h, x0, n_x)
+    _milp_rows(h, state, movers, cols, counted, fixed, x0)
+    for banned in forbid:
+        # No-good: not every mover where `banned` puts it (the others at home) at once.
+        chosen = [
+            x0 + j
+            for j, (m, g, _, _, home) in enumerate(cols)
+            if banned.get(movers[m].key) == uuids[g] or (home and movers[m].key not in banned)
+        ]
+        h.addRow(
+            -h.getInfinity(),
+            float(len(movers) - 1),
+            len(chosen),
+            np.array(chosen, dtype=np.int32),
+            np.ones(len(chosen)),
+        )
+    cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
+    if cut is not None and cut.proven:
+        # A valid cut: the bins can never be fewer than the pattern relaxation's optimum.
+        h.addRow(float(n_g - cut.max_free), h.getInfinity(), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+    if start:
+        _seed(h, state, start, movers, cols, uuids, x0)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.run()
+    return _milp_result(h, movers, cols, uuids, free_now, fewest_moves, time_limit, started)
 
+
+def _integral(h: Any, first: int, count: int) -> None:
+    import highspy
+    import numpy as np
+
+    idx = np.arange(first, first + count, dtype=np.int32)
+    h.changeColsIntegrality(count, idx, np.full(count, highspy.HighsVarType.kInteger))
+
+
+def _milp_split(
+    state: ClusterState, options: PlanOptions, counted: Mapping[str, tuple[str, GpuDevice]]
+) -> tuple[dict[str, list[int]], list[PodAllocation]]:
+    """The slots, memory and cores the pods that stay hold on each counted GPU, and the movers."""
+    fixed = {u: [0, 0, 0] for u in counted}  # slots, mem, cores of pods that stay
+    movers = []
+    for key in sorted(state.pods):
+        alloc = state.pods[key]
+        if _mover(state, alloc, options, counted):
+            movers.append(alloc)
+            continue
+        for u, (slots, mem, cores) in alloc.per_gpu.items():
+            if u in fixed:
+                f = fixed[u]
+                f[0] += slots
+                f[1] += mem
+                f[2] += cores
+    return fixed, movers
+
+
+_Col = tuple[int, int, int, int, bool]  # (mover, gpu, mem, cores, is home)
+
+
+def _milp_columns(
+    state: ClusterState,
+    movers: Sequence[PodAllocation],
+    counted: Mapping[str, tuple[str, GpuDevice]],
+    fixed: Mapping[str, list[int]],
+) -> list[_Col]:
+    """A column per mover and GPU where the mover alone fits (HAMi's Fit on what the pods that stay
+    leave, node constraints, node room), and its own GPU."""
+    uuids = list(counted)
+    gi = {u: i for i, u in enumerate(uuids)}
+    cols: list[_Col] = []
     room = _fixed_room(state, {a.key for a in movers})
     for m, alloc in enumerate(movers):
         req = alloc.request.gpu_containers[0]
@@ -527,10 +632,23 @@ def milp_bound(
                 if gpu_fit_reason(req, d, base, alloc.request.selectors, state.nodes[name].cordoned) is not None:
                     continue
             cols.append((m, gi[u], req.memory_on(d.devmem), req.coresreq, u == home))
-    n_x = len(cols)
-    h.addVars(n_x, np.zeros(n_x), np.ones(n_x))
-    x0 = n_g
-    h.changeColsIntegrality(n_x, np.arange(x0, x0 + n_x, dtype=np.int32), np.full(n_x, highspy.HighsVarType.kInteger))
+    return cols
+
+
+def _milp_rows(
+    h: Any,
+    state: ClusterState,
+    movers: Sequence[PodAllocation],
+    cols: Sequence[_Col],
+    counted: Mapping[str, tuple[str, GpuDevice]],
+    fixed: Mapping[str, list[int]],
+    x0: int,
+) -> None:
+    """Every mover ends on one GPU; per GPU, slots, memory and compute, and only if in use; node room."""
+    import numpy as np
+
+    inf = h.getInfinity()
+    uuids = list(counted)
     by_mover: dict[int, list[int]] = {}
     by_gpu: dict[int, list[int]] = {}
     for j, (m, g, _, _, _) in enumerate(cols):
@@ -548,22 +666,24 @@ def milp_bound(
     for j, (_, g, _, _, _) in enumerate(cols):  # x[p,g] <= y[g]: tightens the LP relaxation
         h.addRow(-inf, 0, 2, np.array([x0 + j, g], dtype=np.int32), np.array([1.0, -1.0]))
     _node_rows(h, state, movers, cols, [counted[u][0] for u in uuids], x0)
-    for banned in forbid:
-        # No-good: not every mover where `banned` puts it (the others at home) at once.
-        chosen = [
-            x0 + j
-            for j, (m, g, _, _, home) in enumerate(cols)
-            if banned.get(movers[m].key) == uuids[g] or (home and movers[m].key not in banned)
-        ]
-        h.addRow(-inf, float(len(movers) - 1), len(chosen), np.array(chosen, dtype=np.int32), np.ones(len(chosen)))
-    cut = pattern_bound(state, options, time_limit=min(30.0, time_limit))
-    if cut is not None and cut.proven:
-        # A valid cut: the bins can never be fewer than the pattern relaxation's optimum.
-        h.addRow(float(n_g - cut.max_free), inf, n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
-    if start:
-        _seed(h, state, start, movers, cols, uuids, x0)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.run()
+
+
+def _milp_result(
+    h: Any,
+    movers: Sequence[PodAllocation],
+    cols: Sequence[_Col],
+    uuids: Sequence[str],
+    free_now: int,
+    fewest_moves: bool,
+    time_limit: float,
+    started: float,
+) -> MilpResult:
+    """The first stage's outcome, then (`fewest_moves`) the second stage's: fewest moves among the
+    assignments that free as many GPUs."""
+    import highspy
+    import numpy as np
+
+    n_g, x0 = len(uuids), len(uuids)
     status = h.getModelStatus()
     info = h.getInfo()
     optimal = status == highspy.HighsModelStatus.kOptimal
@@ -575,10 +695,10 @@ def milp_bound(
     solved = optimal and used is not None and not fewest_moves  # the first stage's solution is the answer
     if optimal and used is not None and fewest_moves:
         # Second stage: fewest moves among the assignments that free as many GPUs.
-        h.addRow(-inf, float(used), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+        h.addRow(-h.getInfinity(), float(used), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
         h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
         home_cost = np.array([0.0 if c[4] else 1.0 for c in cols])
-        h.changeColsCost(n_x, np.arange(x0, x0 + n_x, dtype=np.int32), home_cost)
+        h.changeColsCost(len(cols), np.arange(x0, x0 + len(cols), dtype=np.int32), home_cost)
         left = max(1.0, time_limit - (time.perf_counter() - started))
         h.setOptionValue("time_limit", left)
         h.run()

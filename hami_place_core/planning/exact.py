@@ -30,16 +30,16 @@ for it (``EXACT_MAX_PAIRS``, ``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core.fit import gpu_fit_reason
-from hami_place_core.node_resources import Resources
 from hami_place_core.planning.bounds import pattern_bound, pool
 from hami_place_core.planning.engine import Engine
-from hami_place_core.planning.highs import new_highs, scaled
+from hami_place_core.planning.exact_model import ExactModel
 from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.ordering import fits_now, moves_of, sequence, start, step
 
@@ -51,10 +51,6 @@ from hami_place_core.planning.ordering import fits_now, moves_of, sequence, star
 EXACT_MAX_PAIRS = 250_000
 EXACT_AUTO_PAIRS = 8_000
 EXACT_MAX_COLUMNS = 40_000
-# Branch-and-bound nodes per HiGHS solve: a work limit, so the plan does not depend on the
-# machine's speed (a time limit would). On the openb 16-node subsets 2,000 found no more plans
-# than 1,000, in up to twice the time.
-NODE_LIMIT = 1_000
 # A safety net, not a budget: past this many seconds the greedy plan stays (the one way the
 # result can depend on the machine's speed). The openb 16-node subsets take at most 23 s.
 WALL_SECONDS = 60.0
@@ -87,141 +83,6 @@ def available() -> bool:
     return True
 
 
-class _Model:
-    """The MILP of one engine's state (the engine holds every pod at its original place)."""
-
-    def __init__(self, engine: Engine, options: PlanOptions) -> None:
-        self.engine = e = engine
-        self.options = options
-        self.counted = [g for g in range(len(e.g_dev)) if e.g_counts[g]]
-        self.movers = [
-            p for p in range(len(e.p_alloc)) if e.p_static[p] and len(e.p_origin[p]) == 1 and self._on_counted(p)
-        ]
-        mover_set = set(self.movers)
-        # What the pods that stay leave of each GPU and node.
-        self.base = [u.copy() for u in e.g_use]
-        for p in self.movers:
-            req = e.p_req[p]
-            assert req is not None
-            (g,) = e.p_origin[p]
-            self.base[g].used -= 1
-            self.base[g].usedmem -= req.memory_on(e.g_dev[g].devmem)
-            self.base[g].usedcores -= req.coresreq
-        self.room: dict[str, Resources] = dict(e.n_free)
-        for p in mover_set:
-            node = e.g_node[e.p_origin[p][0]]
-            if node in self.room:
-                self.room[node] = self.room[node] + e.p_res[p]
-        # Columns: (pod, GPU); a pod's own GPU is always one.
-        self.cols: list[tuple[int, int]] = []
-        for p in self.movers:
-            req = e.p_req[p]
-            assert req is not None
-            (home,) = e.p_origin[p]
-            nodes = e.eligible_nodes(p)
-            sel = e.p_alloc[p].request.selectors
-            for g in self.counted:
-                if g != home:
-                    node = e.g_node[g]
-                    if nodes is not None and node not in nodes:
-                        continue
-                    if not e.p_plain[p] and not e.allowed(p, e.g_dev[g]):
-                        continue
-                    if node != e.g_node[home] and node in self.room and not self.room[node].covers(e.p_res[p]):
-                        continue
-                    if gpu_fit_reason(req, e.g_dev[g], self.base[g], sel, e.g_cordoned[g]) is not None:
-                        continue
-                self.cols.append((p, g))
-        self.free_now = sum(1 for g in self.counted if e.g_use[g].used == 0)
-
-    def _on_counted(self, p: int) -> bool:
-        return self.engine.g_counts[self.engine.p_origin[p][0]]
-
-    def home(self, j: int) -> bool:
-        p, g = self.cols[j]
-        return self.engine.p_origin[p][0] == g
-
-    def build(self, cut_bins: int | None) -> Any:
-        import highspy
-        import numpy as np
-
-        e = self.engine
-        h = new_highs()
-        # Deterministic: one thread, a fixed seed, and work limits rather than time limits.
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("random_seed", 0)
-        h.setOptionValue("mip_max_nodes", NODE_LIMIT)
-        inf = h.getInfinity()
-        n_g = len(self.counted)
-        self.yi = {g: i for i, g in enumerate(self.counted)}
-        fixed_in_use = [1.0 if self.base[g].used > 0 else 0.0 for g in self.counted]
-        h.addVars(n_g, np.array(fixed_in_use), np.ones(n_g))
-        self.x0 = x0 = n_g
-        n_x = len(self.cols)
-        h.addVars(n_x, np.zeros(n_x), np.ones(n_x))
-        integer = highspy.HighsVarType.kInteger
-        h.changeColsIntegrality(n_g + n_x, np.arange(n_g + n_x, dtype=np.int32), np.full(n_g + n_x, integer))
-        by_pod: dict[int, list[int]] = {}
-        by_gpu: dict[int, list[int]] = {}
-        by_node: dict[str, list[int]] = {}
-        for j, (p, g) in enumerate(self.cols):
-            by_pod.setdefault(p, []).append(j)
-            by_gpu.setdefault(g, []).append(j)
-            by_node.setdefault(e.g_node[g], []).append(j)
-        for js in by_pod.values():
-            h.addRow(1, 1, len(js), np.array([x0 + j for j in js], dtype=np.int32), np.ones(len(js)))
-        for g, js in by_gpu.items():
-            d, b = e.g_dev[g], self.base[g]
-            for k, cap in ((0, d.count - b.used), (1, d.devmem - b.usedmem), (2, d.devcore - b.usedcores)):
-                coef = []
-                for j in js:
-                    req = e.p_req[self.cols[j][0]]
-                    assert req is not None
-                    coef.append(1.0 if k == 0 else float(req.memory_on(d.devmem) if k == 1 else req.coresreq))
-                idx = [x0 + j for j in js] + [self.yi[g]]
-                h.addRow(-inf, 0, len(idx), np.array(idx, dtype=np.int32), np.array([*coef, -float(cap)]))
-            for j in js:  # x[p,g] <= y[g]: tightens the LP relaxation
-                h.addRow(-inf, 0, 2, np.array([x0 + j, self.yi[g]], dtype=np.int32), np.array([1.0, -1.0]))
-        # kube-scheduler's NodeResourcesFit: the movers ending on a node fit what the others leave
-        # (a node may always keep today's load, even when it is overcommitted).
-        for name, js in sorted(by_node.items()):
-            if name not in self.room:
-                continue
-            for dim, free in enumerate(scaled(self.room[name])):
-                need = np.array([scaled(e.p_res[self.cols[j][0]])[dim] for j in js])
-                home = sum(c for c, j in zip(need, js, strict=True) if e.g_node[e.p_origin[self.cols[j][0]][0]] == name)
-                limit = float(max(free, home))
-                if need.sum() <= limit:
-                    continue
-                nz = np.flatnonzero(need)
-                h.addRow(-inf, limit, len(nz), np.array([x0 + js[i] for i in nz], dtype=np.int32), need[nz])
-        away = [j for j in range(n_x) if not self.home(j)]
-        self.away = away
-        # Disruption budgets per workload, and the plan's move limit.
-        by_workload: dict[str, list[int]] = {}
-        for j in away:
-            wl = e.p_workload[self.cols[j][0]]
-            if wl is not None:
-                by_workload.setdefault(wl, []).append(j)
-        for wl, js in sorted(by_workload.items()):
-            left = self.options.limit_of(wl) - self.options.workload_moves_used.get(wl, 0)
-            if left < len({self.cols[j][0] for j in js}):
-                h.addRow(-inf, float(left), len(js), np.array([x0 + j for j in js], dtype=np.int32), np.ones(len(js)))
-        if self.options.max_moves is not None:
-            h.addRow(
-                -inf, float(self.options.max_moves), len(away), np.array([x0 + j for j in away], dtype=np.int32),
-                np.ones(len(away)),
-            )  # fmt: skip
-        if cut_bins is not None:
-            h.addRow(float(cut_bins), inf, n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
-        return h
-
-    def assignment(self, h: Any) -> dict[int, int]:
-        """Pod -> the GPU it ends on, for the pods the solution moves."""
-        values = h.getSolution().col_value
-        return {self.cols[j][0]: self.cols[j][1] for j in self.away if values[self.x0 + j] > 0.5}
-
-
 def _has_solution(h: Any) -> bool:
     return bool(h.getInfo().primal_solution_status == 2)
 
@@ -236,7 +97,7 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     import numpy as np
 
     started = time.perf_counter()
-    model = _Model(engine, options)
+    model = ExactModel(engine, options)
     if not model.movers:
         return ExactOutcome(None, 0, True, 0, time.perf_counter() - started, "no pod can move")
     if len(model.cols) > EXACT_MAX_COLUMNS:
@@ -261,61 +122,97 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     if best <= floor:
         why = "no assignment frees more" if proven else "the solver found none that frees more within its node limit"
         return ExactOutcome(None, best, proven, 0, time.perf_counter() - started, why)
-    first = model.assignment(h)
-    # An assignment freeing `gain` with at most max_moves_per_gpu moves per freed GPU, then one
-    # GPU less if none has an order, down to one more than the floor. Not the fewest moves: those
-    # assignments are the ones that swap pods between full nodes, which no order can make (on
-    # the openb subsets most had none); the moves an ordered plan did not need are dropped
-    # afterwards (_prune).
-    retries = 0
-    x0 = model.x0
-    idx_away = np.array([x0 + j for j in model.away], dtype=np.int32)
-    h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
-    # Fewest moves that must wait for others: a move whose target GPU or node has no room for it
-    # now needs pods to leave first, and cycles of such moves are what leave an assignment
-    # without an order. Other moves cost a little (MOVE_COST), for shorter plans, for the first
-    # LEAN_TRIES tries; then nothing, which lets the solver add moves that make room.
-    waits = np.array([1.0 if _waits(engine, *model.cols[j]) else 0.0 for j in model.away])
-    h.changeColsCost(len(idx_away), idx_away, np.where(waits > 0, 1.0, MOVE_COST))
-    k = float(options.max_moves_per_gpu)
-    for gain in range(best, floor, -1):
-        bins = len(model.counted) - model.free_now - gain
-        row_gain = h.getNumRow()
+    return _OrderSearch(h, model, started).run(floor, best, proven)
+
+
+class _OrderSearch:
+    """Step 2 of :func:`solve`: an assignment freeing `gain` with at most max_moves_per_gpu moves
+    per freed GPU, then one GPU less if none has an order, down to one more than the floor. Not
+    the fewest moves: those assignments are the ones that swap pods between full nodes, which no
+    order can make (on the openb subsets most had none); the moves an ordered plan did not need
+    are dropped afterwards (_prune)."""
+
+    def __init__(self, h: Any, model: ExactModel, started: float) -> None:
+        import numpy as np
+
+        self.h, self.model, self.started = h, model, started
+        self.first = model.assignment(h)
+        self.retries = 0
+        n_g = len(model.counted)
+        self.idx_away = np.array([model.x0 + j for j in model.away], dtype=np.int32)
+        h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
+        # Fewest moves that must wait for others: a move whose target GPU or node has no room for
+        # it now needs pods to leave first, and cycles of such moves are what leave an assignment
+        # without an order. Other moves cost a little (MOVE_COST), for shorter plans, for the first
+        # LEAN_TRIES tries; then nothing, which lets the solver add moves that make room.
+        self.waits = np.array([1.0 if _waits(model.engine, *model.cols[j]) else 0.0 for j in model.away])
+        h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+
+    def run(self, floor: int, best: int, proven: bool) -> ExactOutcome:
+        import numpy as np
+
+        for gain in range(best, floor, -1):
+            row_gain = self._ask_gain(gain)
+            if gain == best:
+                _seed_assignment(self.h, self.model, self.first)
+            outcome = self._ordered_at(gain)
+            if outcome is not None:
+                if outcome.moves is None:
+                    return outcome  # out of time
+                note = f"a MILP frees {gain} (greedy {floor}"
+                note += ")" if gain == best else f"; {best} with no valid order found)"
+                return dataclasses.replace(outcome, proven=proven, why=note)
+            self.h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
+            if self.retries > MAX_RETRIES:
+                break
+        return ExactOutcome(
+            None, best, proven, self.retries, time.perf_counter() - self.started,
+            f"the solver's assignments freeing more than {floor} had no valid order",
+        )  # fmt: skip
+
+    def _ask_gain(self, gain: int) -> int:
+        """Rows: `gain` GPUs freed, and moves <= k * (GPUs freed); the first row's index."""
+        import numpy as np
+
+        h, model = self.h, self.model
+        n_g = len(model.counted)
+        bins = n_g - model.free_now - gain
+        row_gain = int(h.getNumRow())
         h.addRow(-h.getInfinity(), float(bins), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
         # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
-        idx = np.concatenate([idx_away, np.arange(n_g, dtype=np.int32)])
-        coef = np.concatenate([np.ones(len(idx_away)), np.full(n_g, k)])
-        h.addRow(-h.getInfinity(), k * (len(model.counted) - model.free_now), len(idx), idx, coef)
-        if gain == best:
-            _seed_assignment(h, model, first)
-        while retries <= MAX_RETRIES:
-            left = WALL_SECONDS - (time.perf_counter() - started)
+        k = float(model.options.max_moves_per_gpu)
+        idx = np.concatenate([self.idx_away, np.arange(n_g, dtype=np.int32)])
+        coef = np.concatenate([np.ones(len(self.idx_away)), np.full(n_g, k)])
+        h.addRow(-h.getInfinity(), k * (n_g - model.free_now), len(idx), idx, coef)
+        return row_gain
+
+    def _ordered_at(self, gain: int) -> ExactOutcome | None:
+        """Solve, and while the solution has no order cut it off and solve again: the pruned plan
+        (proven and why left for run() to fill in), a timed-out outcome (no moves), or None when
+        the solver finds nothing more or the retries are spent."""
+        import highspy
+
+        h, engine = self.h, self.model.engine
+        while self.retries <= MAX_RETRIES:
+            left = WALL_SECONDS - (time.perf_counter() - self.started)
             if left <= 0:
-                return _timed_out(started)
+                return _timed_out(self.started)
             h.setOptionValue("time_limit", left)
             h.run()
             if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
-                return _timed_out(started)
+                return _timed_out(self.started)
             if not _has_solution(h):
                 break
-            chosen = model.assignment(h)
+            chosen = self.model.assignment(h)
             moves = _ordered(engine, chosen)
             if moves is not None:
-                moves = _prune(engine, model, moves)
-                note = f"a MILP frees {gain} (greedy {floor}"
-                note += ")" if gain == best else f"; {best} with no valid order found)"
-                return ExactOutcome(moves, gain, proven, retries, time.perf_counter() - started, note)
-            retries += 1
-            if retries == LEAN_TRIES:
-                h.changeColsCost(len(idx_away), idx_away, waits)
-            _no_good(h, model, chosen)
-        h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
-        if retries > MAX_RETRIES:
-            break
-    return ExactOutcome(
-        None, best, proven, retries, time.perf_counter() - started,
-        f"the solver's assignments freeing more than {floor} had no valid order",
-    )  # fmt: skip
+                moves = _prune(engine, self.model, moves)
+                return ExactOutcome(moves, gain, False, self.retries, time.perf_counter() - self.started, "")
+            self.retries += 1
+            if self.retries == LEAN_TRIES:
+                h.changeColsCost(len(self.idx_away), self.idx_away, self.waits)
+            _no_good(h, self.model, chosen)
+        return None
 
 
 def _waits(engine: Engine, p: int, g: int) -> bool:
@@ -336,11 +233,11 @@ def _timed_out(started: float) -> ExactOutcome:
     )  # fmt: skip
 
 
-def _freed(engine: Engine, model: _Model) -> int:
+def _freed(engine: Engine, model: ExactModel) -> int:
     return sum(1 for g in model.counted if not engine.g_pods[g]) - model.free_now
 
 
-def _prune(engine: Engine, model: _Model, moves: list[Move]) -> list[Move]:
+def _prune(engine: Engine, model: ExactModel, moves: list[Move]) -> list[Move]:
     """Send back home, last move first, every pod whose move the plan does not need: as many GPUs
     freed and still an order. The engine is left holding the returned plan's places."""
     gain = _freed(engine, model)
@@ -360,7 +257,7 @@ def _prune(engine: Engine, model: _Model, moves: list[Move]) -> list[Move]:
     return moves
 
 
-def _bins_cut(engine: Engine, options: PlanOptions, model: _Model) -> int | None:
+def _bins_cut(engine: Engine, options: PlanOptions, model: ExactModel) -> int | None:
     """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second."""
     p = pool(engine.state, options)
     if p.bins != len(model.counted):
@@ -371,7 +268,7 @@ def _bins_cut(engine: Engine, options: PlanOptions, model: _Model) -> int | None
     return p.bins - bound.max_free
 
 
-def _seed(h: Any, model: _Model, seed: Sequence[Move]) -> None:
+def _seed(h: Any, model: ExactModel, seed: Sequence[Move]) -> None:
     """Start from the greedy plan's final places (changes how fast, never what, HiGHS finds)."""
     e = model.engine
     where = {e.p_alloc[p].key: p for p in model.movers}
@@ -384,7 +281,7 @@ def _seed(h: Any, model: _Model, seed: Sequence[Move]) -> None:
     _seed_assignment(h, model, chosen)
 
 
-def _seed_assignment(h: Any, model: _Model, chosen: dict[int, int]) -> None:
+def _seed_assignment(h: Any, model: ExactModel, chosen: dict[int, int]) -> None:
     import numpy as np
 
     e = model.engine
@@ -400,7 +297,7 @@ def _seed_assignment(h: Any, model: _Model, chosen: dict[int, int]) -> None:
     h.setSolution(len(values), np.arange(len(values), dtype=np.int32), values)
 
 
-def _no_good(h: Any, model: _Model, chosen: dict[int, int]) -> None:
+def _no_good(h: Any, model: ExactModel, chosen: dict[int, int]) -> None:
     """Cut off exactly this assignment (every mover where it puts it, the other pods at home).
     Cutting off more (every assignment making these moves, or sending these pods to these nodes)
     found fewer plans on the openb subsets: an assignment that adds moves often has an order."""

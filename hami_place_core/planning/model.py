@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.fragmentation import ClusterMetrics, WorkloadMix
 from hami_place_core.planning.constraints import (
@@ -239,20 +240,7 @@ def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions
         if alloc is None:
             errors.append(f"{where}: pod not in the state")
             continue
-        why = immovable_reason(alloc, options.excluded_namespaces, out.problems)
-        if why is not None:
-            errors.append(f"{where}: pod may not be moved: {why}")
-        if m.pod in moved:
-            errors.append(f"{where}: pod moved twice")
-        moved.add(m.pod)
-        wl = f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind else None
-        if wl is not None:
-            used[wl] = used.get(wl, 0) + 1
-            if used[wl] > options.limit_of(wl):
-                errors.append(f"{where}: workload {wl} moved {used[wl]} times (limit {options.limit_of(wl)})")
-        here = out.nodes.get(alloc.node)
-        if alloc.node != m.from_node or here is None:
-            errors.append(f"{where}: pod is on {alloc.node}, not {m.from_node}")
+        errors.extend(f"{where}: {e}" for e in _pod_errors(out, m, alloc, options, used, moved))
         node = out.nodes.get(m.to_node)
         if node is None:
             errors.append(f"{where}: unknown node {m.to_node}")
@@ -264,22 +252,51 @@ def check_moves(state: ClusterState, moves: Sequence[Move], options: PlanOptions
         if any(g is None for g in gpus) or len(set(m.to_gpus)) != len(m.to_gpus):
             errors.append(f"{where}: node {m.to_node} has no GPUs {list(m.to_gpus)}")
             continue
-        held = out.pod_requests.get(m.pod)
-        room = out.free_resources(m.to_node)
-        if held is not None and room is not None and held[0] != m.to_node:
-            short = room.shortfall(held[1])
-            if short is not None:
-                errors.append(f"{where}: node {m.to_node}: {short}")
-        _move_requests(out, m.pod, m.to_node)
-        remove_pod(out, m.pod)
-        result = fit_pod(alloc.request, [g for g in gpus if g is not None], node.usage, node.cordoned, exact=True)
-        if not result.ok:
-            errors.append(f"{where}: does not fit on {m.to_node} {m.gpu_devices}: {result.message()}")
-        add_pod(out, moved_allocation(alloc, node, m.to_gpus))
-        for n in {m.to_node, m.from_node}:
-            s = out.nodes.get(n)
-            for d in s.devices if s else ():
-                u = s.usage[d.uuid] if s else GpuUsage()
-                if u.used > d.count or u.usedmem > d.devmem or u.usedcores > d.devcore:
-                    errors.append(f"{where}: {n} gpu-{d.index} oversubscribed ({u})")
+        errors.extend(f"{where}: {e}" for e in _replay_move(out, m, alloc, node, [g for g in gpus if g is not None]))
+    return errors
+
+
+def _pod_errors(
+    out: ClusterState, m: Move, alloc: PodAllocation, options: PlanOptions, used: dict[str, int], moved: set[str]
+) -> list[str]:
+    """What is wrong with moving this pod now: it may not move, it moved before, its workload's
+    budget is spent (counted in `used`), or it is not where the move says."""
+    errors: list[str] = []
+    why = immovable_reason(alloc, options.excluded_namespaces, out.problems)
+    if why is not None:
+        errors.append(f"pod may not be moved: {why}")
+    if m.pod in moved:
+        errors.append("pod moved twice")
+    moved.add(m.pod)
+    wl = f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind else None
+    if wl is not None:
+        used[wl] = used.get(wl, 0) + 1
+        if used[wl] > options.limit_of(wl):
+            errors.append(f"workload {wl} moved {used[wl]} times (limit {options.limit_of(wl)})")
+    if alloc.node != m.from_node or out.nodes.get(alloc.node) is None:
+        errors.append(f"pod is on {alloc.node}, not {m.from_node}")
+    return errors
+
+
+def _replay_move(out: ClusterState, m: Move, alloc: PodAllocation, node: NodeState, gpus: list[GpuDevice]) -> list[str]:
+    """Make the move in `out`: what it breaks (node room, HAMi's Fit, GPUs oversubscribed after it)."""
+    errors: list[str] = []
+    held = out.pod_requests.get(m.pod)
+    room = out.free_resources(m.to_node)
+    if held is not None and room is not None and held[0] != m.to_node:
+        short = room.shortfall(held[1])
+        if short is not None:
+            errors.append(f"node {m.to_node}: {short}")
+    _move_requests(out, m.pod, m.to_node)
+    remove_pod(out, m.pod)
+    result = fit_pod(alloc.request, gpus, node.usage, node.cordoned, exact=True)
+    if not result.ok:
+        errors.append(f"does not fit on {m.to_node} {m.gpu_devices}: {result.message()}")
+    add_pod(out, moved_allocation(alloc, node, m.to_gpus))
+    for n in {m.to_node, m.from_node}:
+        s = out.nodes.get(n)
+        for d in s.devices if s else ():
+            u = s.usage[d.uuid] if s else GpuUsage()
+            if u.used > d.count or u.usedmem > d.devmem or u.usedcores > d.devcore:
+                errors.append(f"{n} gpu-{d.index} oversubscribed ({u})")
     return errors
