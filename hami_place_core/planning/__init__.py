@@ -7,7 +7,8 @@ are exported here too. docs/planner.md describes the algorithm.
 Layers, top to bottom; each module imports only modules below it (import-linter enforces it):
 
 - ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;
-- ``exact``: the exact planner for small clusters (a MILP over final places, then an order);
+- ``exact``: the exact planner for small clusters: solve, order, prune;
+- ``exact_model``: its MILP over where every movable pod ends;
 - ``strategies``: the greedy planner's objectives (free-gpus, fragmentation) as passes in order;
 - ``passes``: evacuations by cost, pairing into an empty GPU, seeded evacuations, single moves;
 - ``fgd``: the FGD of a node over the engine's arrays (the formula is
