@@ -12,7 +12,7 @@ after, and whether ``check_moves`` accepts the moves in order (GPU Fit, node con
 memory and pod slots, move by move). Upper bounds on the GPUs any plan can free: the Martello–Toth
 L2 bound, and the exact optimum of the same relaxation (cutting stock, HiGHS), both blind to node
 CPU and memory; the node-room bound (an aggregated MILP with per-node CPU, memory and pod-slot rows,
-``planning.bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
+``planning.milp_bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
 planner's gain. The target check: by that LP (blind to node room and order, so it holds for every
 plan), the fewest moves per GPU for 92% of the node-room bound's gain, and the most GPUs any plan
 can free at no more than 1.3 moves per GPU (``planning.bounds.most_gain_at_rate``). On random
@@ -64,17 +64,9 @@ from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
 from hami_place_core.node_resources import Resources
 from hami_place_core.planning import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
-from hami_place_core.planning.bounds import (
-    MilpResult,
-    l2_bound,
-    milp_bound,
-    most_gain_at_rate,
-    move_frontier,
-    node_room_bound,
-    pattern_bound,
-    restrict,
-)
+from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_frontier, pattern_bound, restrict
 from hami_place_core.planning.constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.planning.milp_bounds import MilpResult, milp_bound, node_room_bound
 from hami_place_core.requests import GpuRequest
 from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state

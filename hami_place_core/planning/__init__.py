@@ -17,7 +17,8 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``evacuation``: emptying one GPU, all or nothing, with ejection chains;
 - ``targets``: best fit for one pod;
 - ``engine``: GPUs and pods as arrays, best-fit buckets, apply and undo;
-- ``bounds``: upper bounds on what any plan frees, and the MILP optima to judge plans by;
+- ``milp_bounds``: the bound that counts node room, and the exact optimum of small states;
+- ``bounds``: upper bounds on what any plan frees, blind to node room (L2, cutting stock);
 - ``highs``: helpers for the HiGHS models;
 - ``model``: options, moves, plans, and their replay and check on a state;
 - ``constraints``: which nodes kube-scheduler accepts a pod's replacement on, which pods may move.

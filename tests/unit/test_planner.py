@@ -162,7 +162,7 @@ def test_ejection_chain_frees_a_gpu_direct_moves_cannot() -> None:
 
 def test_matches_the_milp_optimum_and_its_fewest_moves() -> None:
     pytest.importorskip("highspy")
-    from hami_place_core.planning.bounds import milp_bound
+    from hami_place_core.planning.milp_bounds import milp_bound
 
     s = _chain_case()
     p = plan(s)
@@ -175,7 +175,7 @@ def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
     fit), where the optimum keeps that room for a 32%. The bounds hold in order. The exact
     planner (the default where HiGHS is installed and the cluster is small) finds the optimum."""
     pytest.importorskip("highspy")
-    from hami_place_core.planning.bounds import milp_bound
+    from hami_place_core.planning.milp_bounds import milp_bound
 
     sizes = [[47], [47], [47, 32], [65], [65], [32, 32], [23], [81], [81, 16], [59], [46, 32], [22, 22]]
     pods = [pod(f"p{g}-{k}", f"n{g // 4}", (g % 4,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
@@ -229,7 +229,7 @@ def test_the_milp_counts_node_cpu_as_the_planner_does(cpu: str, gain: int) -> No
     """Two 64-CPU nodes, one pod each (40% and 30% of a GPU): merging them frees a GPU unless the
     two pods' CPU requests overflow either node; the relaxations without node rows still say 1."""
     pytest.importorskip("highspy")
-    from hami_place_core.planning.bounds import milp_bound, node_room_bound
+    from hami_place_core.planning.milp_bounds import milp_bound, node_room_bound
 
     pods = [pod("a", "n1", (0,), 40), pod("b", "n2", (0,), 30)]
     for p in pods:

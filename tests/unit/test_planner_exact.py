@@ -17,7 +17,7 @@ import pytest
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
 from hami_place_core.planning import exact as planner_exact
-from hami_place_core.planning.bounds import milp_bound
+from hami_place_core.planning.milp_bounds import milp_bound
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
 from tests.unit.test_planner import node, pod, replay

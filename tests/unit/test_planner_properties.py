@@ -202,14 +202,8 @@ def test_plan_does_not_depend_on_input_order(seed: int) -> None:
 def test_never_more_free_gpus_than_the_bounds(seed: int) -> None:
     """The plan frees at most the exact optimum, which is at most each relaxation of it."""
     pytest.importorskip("highspy")
-    from hami_place_core.planning.bounds import (
-        l2_bound,
-        milp_bound,
-        most_gain_at_rate,
-        move_frontier,
-        node_room_bound,
-        pattern_bound,
-    )
+    from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_frontier, pattern_bound
+    from hami_place_core.planning.milp_bounds import milp_bound, node_room_bound
 
     nodes, pods = random_cluster(seed)
     state = build_state(nodes, pods)
