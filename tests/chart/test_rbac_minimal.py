@@ -19,11 +19,14 @@ import yaml
 from kubernetes import client
 
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet
 from testbed.allocation_standin import AllocationStandIn
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
+from testbed.placements import placement
 from testbed.processes import StartupError
-from tests.agent.conftest import AgentSet, admin_token, install_crd, placement
-from tests.helpers import deployment
+from testbed.tokens import admin_token
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
 

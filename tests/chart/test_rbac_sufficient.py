@@ -13,10 +13,13 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet, create_placement
 from testbed.allocation_standin import AllocationStandIn
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
-from tests.agent.conftest import AgentSet, create_placement, install_crd, placement
-from tests.helpers import deployment, wait_for
+from testbed.placements import placement
+from testbed.waiting import wait_for
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
 
