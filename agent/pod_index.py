@@ -18,22 +18,13 @@ from typing import Any
 from hami_place_core import placement as hp
 from hami_place_core.placement import workload_key
 
-# (namespace, nodeName, workload, uid, claim) of one pod; None where it has none
-_Facets = tuple[str | None, str | None, str | None, str | None, str | None]
-_NOTHING: _Facets = (None, None, None, None, None)
+
+def _node(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName") or None
 
 
-def _facets(pod: Mapping[str, Any] | None) -> _Facets:
-    if pod is None:
-        return _NOTHING
-    meta = pod.get("metadata") or {}
-    return (
-        meta.get("namespace") or None,
-        (pod.get("spec") or {}).get("nodeName") or None,
-        workload_key(pod),
-        meta.get("uid") or None,
-        (meta.get("annotations") or {}).get(hp.POD_CLAIM) or None,
-    )
+def _claim(meta: Mapping[str, Any]) -> str | None:
+    return (meta.get("annotations") or {}).get(hp.POD_CLAIM) or None
 
 
 def _refile(table: dict[str, dict[str, None]], key: str, old: str | None, new: str | None) -> None:
@@ -68,12 +59,32 @@ class PodIndex:
 
     def update(self, key: str, pod: Mapping[str, Any] | None, prev: Mapping[str, Any] | None) -> None:
         """The pod stored under `key` changed from `prev` to `pod` (None: absent, before or after)."""
-        new, old = _facets(pod), _facets(prev)
-        _refile(self.by_namespace, key, old[0], new[0])
-        _refile(self.by_node, key, old[1], new[1])
-        _refile(self.by_workload, key, old[2], new[2])
-        _refile_unique(self.by_uid, key, old[3], new[3])
-        _refile_unique(self.by_claim, key, old[4], new[4])
+        if pod is not None and prev is not None:
+            self._modified(key, pod, prev)
+            return
+        if prev is not None:
+            self._file(key, prev, add=False)
+        if pod is not None:
+            self._file(key, pod, add=True)
+
+    def _file(self, key: str, pod: Mapping[str, Any], add: bool) -> None:
+        """File the pod under each of its values (add) or take it out of them."""
+        meta = pod.get("metadata") or {}
+        many = ((self.by_namespace, meta.get("namespace") or None), (self.by_node, _node(pod)))
+        for table, value in (*many, (self.by_workload, workload_key(pod))):
+            _refile(table, key, None if add else value, value if add else None)
+        for unique, value in ((self.by_uid, meta.get("uid") or None), (self.by_claim, _claim(meta))):
+            _refile_unique(unique, key, None if add else value, value if add else None)
+
+    def _modified(self, key: str, pod: Mapping[str, Any], prev: Mapping[str, Any]) -> None:
+        """Most updates change none of the indexed fields: compare them before deriving anything.
+        The namespace is part of the key, so it never changes here."""
+        meta, old_meta = pod.get("metadata") or {}, prev.get("metadata") or {}
+        _refile(self.by_node, key, _node(prev), _node(pod))
+        if meta.get("ownerReferences") != old_meta.get("ownerReferences"):
+            _refile(self.by_workload, key, workload_key(prev), workload_key(pod))  # 1.7 µs: only on a change
+        _refile_unique(self.by_uid, key, old_meta.get("uid") or None, meta.get("uid") or None)
+        _refile_unique(self.by_claim, key, _claim(old_meta), _claim(meta))
 
     def snapshot(self) -> dict[str, Any]:
         """Every table as plain sorted data: tests compare an index kept by events with a rebuild."""
