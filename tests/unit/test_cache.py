@@ -346,3 +346,45 @@ def test_sync_status_and_readiness_come_from_the_informers() -> None:
 async def _idle_watch(path: str, rv: str):  # type: ignore[no-untyped-def]
     await asyncio.sleep(3600)
     yield {}
+
+
+# ---- the mover's reads --------------------------------------------------------------------------------
+def _ready_pod(name: str, owner: str, ready: bool = True, **kw: Any) -> dict[str, Any]:
+    p = pod(name, owner=owner, **kw)
+    p["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return p
+
+
+def test_the_movers_limits_and_replacement_check_read_one_workloads_pods() -> None:
+    from agent.config import Settings
+    from agent.mover import Mover
+    from hami_place_core.placement import Placement
+
+    cache, _ = new_cache()
+    mover = Mover(Settings(max_unavailable_per_workload=2), cache, None, None)  # type: ignore[arg-type]
+    for name in ("web-a", "web-b"):
+        event(cache, "pods", "ADDED", _ready_pod(name, "ReplicaSet/web"))
+    event(cache, "pods", "ADDED", _ready_pod("db-a", "StatefulSet/db", ready=False))  # another workload
+    event(cache, "pods", "ADDED", _ready_pod("db-b", "StatefulSet/db", ready=False))
+    web_a = cache.pod("ns", "web-a")
+    assert web_a is not None
+    assert mover._sibling_uids(web_a) == ["uid-ns-web-a", "uid-ns-web-b"]
+    move = Placement.from_object(placement("mv", evict="web-a"))
+    assert mover._limit_reason(move, web_a) is None  # db's unready pods are not web's
+    event(cache, "pods", "MODIFIED", _ready_pod("web-b", "ReplicaSet/web", ready=False, rv="2"))
+    # another move of web in flight, plus web-b unready: two unavailable
+    flying = placement("other", phase=hp.WAITING, evict="web-b")
+    flying["status"].update({"moveStartedAt": "2025-01-01T00:00:00Z", "workload": "ns/ReplicaSet/web"})
+    event(cache, "placements", "ADDED", flying)
+    assert [p.name for p in mover._in_flight()] == ["other"]
+    assert mover._limit_reason(move, web_a) == "workload ReplicaSet/web has 2 pod(s) unavailable or moving (limit 2)"
+    # a new pod of web without a claim while a move waits: the replacement was admitted unpinned
+    waiting = Placement.from_object(flying)
+    waiting.status["siblingUIDs"] = ["uid-ns-web-a", "uid-ns-web-b"]
+    assert mover._unpinned_replacement(waiting) is None
+    event(cache, "pods", "ADDED", _ready_pod("db-c", "StatefulSet/db"))
+    assert mover._unpinned_replacement(waiting) is None  # another workload's new pod
+    event(cache, "pods", "ADDED", _ready_pod("web-c", "ReplicaSet/web", claim="token"))
+    assert mover._unpinned_replacement(waiting) is None  # pinned
+    event(cache, "pods", "ADDED", _ready_pod("web-d", "ReplicaSet/web"))
+    assert mover._unpinned_replacement(waiting) == "web-d"
