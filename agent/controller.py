@@ -69,9 +69,9 @@ class PlacementController:
         self._leases: list[tuple[str, str]] = []  # heap of (claimLeaseExpiresAt, placement key)
         self._full = True  # the next pass looks at every placement
         self._last_full = 0.0
-        cache.pods.listeners.append(self._on_pod)
-        cache.placements.listeners.append(self._on_placement)
-        cache.namespaces.listeners.append(self._on_namespace)
+        cache.subscribe("pods", self._on_pod)
+        cache.subscribe("placements", self._on_placement)
+        cache.subscribe("namespaces", self._on_namespace)
 
     # ---- what changed (called by the cache for every event; cheap) --------------------------------
     def _on_placement(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -126,7 +126,7 @@ class PlacementController:
         if self._full or time.monotonic() - self._last_full >= FULL_PASS_SECONDS:
             self._full, self._last_full = False, time.monotonic()
             self._dirty.clear()
-            return {p.key for bucket in self.cache.by_namespace.values() for p in bucket.values()}
+            return {p.key for p in self.cache.all_placements()}
         keys, self._dirty = self._dirty, set()
         keys |= self._moves
         while self._leases and self._leases[0][0] <= self._now:
@@ -182,8 +182,7 @@ class PlacementController:
         return all(labels.get(k) == v for k, v in wanted.items())
 
     def _claimed_pod(self, p: Placement) -> dict[str, Any] | None:
-        key = self.cache.pods_by_claim.get(p.claim or "")
-        return self.cache.pods.store.get(key) if key else None
+        return self.cache.pod_by_claim(p.claim)
 
     async def reconcile(self, p: Placement) -> None:
         if p.phase == hp.CLAIMED:
@@ -245,7 +244,7 @@ class PlacementController:
         self.events.fire(self.events.on_placement(updated, "ClaimLeaseExpired", status["message"], "Warning"))
 
     async def _confirm(self, p: Placement) -> None:
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
+        pod = self.cache.pod(p.namespace, p.status.get("boundPod"))
         if pod is None or (pod["metadata"].get("uid") and pod["metadata"]["uid"] != p.status.get("boundPodUID")):
             await self._finish(
                 p, hp.FAILED, "PodGone", f"pod {p.status.get('boundPod')} disappeared before HAMi allocated its GPUs"
@@ -320,7 +319,7 @@ class PlacementController:
         updated = await write_status(self.kube, self.cache, p, status)
         kind = "Normal" if phase == hp.COMPLETED else "Warning"
         self.events.fire(self.events.on_placement(updated, reason, message, kind))
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
+        pod = self.cache.pod(p.namespace, p.status.get("boundPod"))
         if pod is not None:
             meta = pod["metadata"]
             note = f"HamiPodPlacement {p.name}: {message}"

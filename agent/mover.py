@@ -101,10 +101,7 @@ class Mover:
     # ---- limits --------------------------------------------------------------------------------
     def _in_flight(self) -> list[Placement]:
         return [
-            p
-            for b in self.cache.by_namespace.values()
-            for p in b.values()
-            if is_move(p) and p.phase in IN_FLIGHT and p.status.get("moveStartedAt")
+            p for p in self.cache.open_moves() if is_move(p) and p.phase in IN_FLIGHT and p.status.get("moveStartedAt")
         ]
 
     def _limit_reason(self, p: Placement, pod: dict[str, Any]) -> str | None:
@@ -118,7 +115,7 @@ class Mover:
         workload = workload_of(pod)
         if workload:
             moving = [f for f in flying if f.status.get("workload") == workload]
-            siblings = [q for q in self.cache.pods.store.values() if workload_of(q) == workload]
+            siblings = self.cache.pods_of_workload(workload)
             unavailable = sum(1 for q in siblings if not _ready(q)) + len(moving)
             if unavailable >= s.max_unavailable_per_workload:
                 return (
@@ -153,15 +150,13 @@ class Mover:
 
     def _sibling_uids(self, pod: dict[str, Any]) -> list[str]:
         workload = workload_of(pod)
-        return sorted(
-            str(q["metadata"].get("uid")) for q in self.cache.pods.store.values() if workload_of(q) == workload
-        )
+        return sorted(str(q["metadata"].get("uid")) for q in self.cache.pods_of_workload(workload))
 
     def _unpinned_replacement(self, p: Placement) -> str | None:
         """A pod of the same controller that did not exist when the move started and carries no claim."""
         known = set(p.status.get("siblingUIDs") or ())
         started = p.status.get("moveStartedAt") or ""
-        for pod in self.cache.pods.store.values():
+        for pod in self.cache.pods_of_workload(p.status.get("workload")):
             meta = pod["metadata"]
             if (
                 meta.get("namespace") == p.namespace
@@ -180,7 +175,7 @@ class Mover:
         return None
 
     def _eviction_done(self, p: Placement) -> bool:
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+        pod = self.cache.pod(p.namespace, p.evict_pod)
         return (
             pod is None
             or pod["metadata"].get("uid") != p.status.get("evictedPodUID")
@@ -197,9 +192,9 @@ class Mover:
         return updated
 
     async def _start(self, p: Placement) -> None:
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+        pod = self.cache.pod(p.namespace, p.evict_pod)
         errors = check_evict_pod(self.cache, p)
-        node = self.cache.state.nodes.get(p.node)
+        node = self.cache.node_state(p.node)
         if node is not None and not node.ready:
             errors.append(f"node {p.node} is not Ready")
         errors += check_target(self.cache, p, [])
@@ -242,7 +237,7 @@ class Mover:
         evict_timeout, _ = _timeouts(p, self.settings)
         started = parse_rfc3339(p.status.get("moveStartedAt")) or dt.datetime.now(dt.UTC)
         uid = p.status.get("evictedPodUID", "")
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+        pod = self.cache.pod(p.namespace, p.evict_pod)
         if pod is None or pod["metadata"].get("uid") != uid or pod["metadata"].get("deletionTimestamp"):
             # The pod we meant is gone or going: the eviction happened (perhaps before a crash).
             await self._evicted(p, attempts=int(p.status.get("evictionAttempts") or 0))

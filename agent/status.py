@@ -76,7 +76,7 @@ async def write_status(kube: AsyncKube, cache: ClusterCache, p: Placement, statu
     }
     updated = await kube.request("PUT", hp.placement_path(p.namespace, p.name, status=True), body=body)
     # Reflect our own write at once, so the next admission does not act on the old version.
-    cache.placements.apply({"type": "MODIFIED", "object": updated})
+    cache.apply("placements", {"type": "MODIFIED", "object": updated})
     if status.get("phase") != p.phase:
         metrics.TRANSITIONS.labels(phase=str(status.get("phase"))).inc()
     return Placement.from_object(updated)
@@ -90,5 +90,5 @@ async def reread(kube: AsyncKube, cache: ClusterCache, p: Placement) -> Placemen
         obj = await kube.request("GET", hp.placement_path(p.namespace, p.name))
     except kube_errors.NotFound:
         return None
-    cache.placements.apply({"type": "MODIFIED", "object": obj})
+    cache.apply("placements", {"type": "MODIFIED", "object": obj})
     return Placement.from_object(obj)

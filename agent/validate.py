@@ -150,7 +150,7 @@ class PlacementValidator:
 # ---- checks shared with the mover, which re-runs them at execution time ----------------------------
 def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
     out = []
-    for pod in cache.pods.store.values():
+    for pod in cache.pods_in(p.namespace):
         meta = pod.get("metadata") or {}
         if meta.get("namespace") != p.namespace or meta.get("deletionTimestamp"):
             continue
@@ -166,7 +166,7 @@ def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
 
 def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list[str]:
     """The node, the GPUs and room for the request; [] when the target is valid."""
-    node = cache.state.nodes.get(p.node)
+    node = cache.node_state(p.node)
     if node is None:
         return [f"node {p.node} not found"]
     if p.targets is None:
@@ -187,7 +187,7 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
         return errors
     # The usage of the pod being moved does not count against its own target.
     usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
-    mover = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}") if p.evict_pod else None
+    mover = cache.pod(p.namespace, p.evict_pod)
     alloc = pod_allocation(mover) if mover else None
     if alloc and alloc.node == node.name:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
@@ -219,7 +219,7 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
 
 def check_evict_pod(cache: ClusterCache, p: Placement) -> list[str]:
     """evictPod exists, a controller recreates it, and its replacement will match the selector."""
-    pod = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+    pod = cache.pod(p.namespace, p.evict_pod)
     if pod is None:
         return [f"evictPod {p.evict_pod} not found in namespace {p.namespace}"]
     meta = pod.get("metadata") or {}
