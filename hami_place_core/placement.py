@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core import annotations as ann
-from hami_place_core.placement_status import Phase, PlacementStatus
+from hami_place_core.placement_status import Phase, PlacementStatus, is_mapping
 from hami_place_core.problems import Code, Problem
 from hami_place_core.requests import HAMI_RESOURCES, RES_CORES, RES_GPU, RES_MEM, RES_MEM_PCT
 from hami_place_core.targets import TargetError, TargetSpec, parse_targets
@@ -98,13 +98,14 @@ class Placement:
         raw_status = obj.get("status")
         status = PlacementStatus.parse(raw_status)
         problems = shape_problems(obj)
+        bad_selector = any(x.code == Code.BAD_SELECTOR for x in problems)
         devices = spec.get("gpuDevices") or []
         targets, error = None, None
         try:
             targets = parse_targets(devices)
         except TargetError as e:
             error = str(e)
-        phase = raw_status.get("phase") if isinstance(raw_status, Mapping) else None
+        phase = raw_status.get("phase") if is_mapping(raw_status) else None
         selector = spec.get("podSelector")
         return cls(
             namespace=_text(meta.get("namespace")),
@@ -113,7 +114,7 @@ class Placement:
             resource_version=_text(meta.get("resourceVersion")),
             generation=meta["generation"] if _is_int(meta.get("generation")) else 0,
             req_id=_text(spec.get("reqID")),
-            selector=dict(selector) if isinstance(selector, Mapping) and not _selector_problems(selector) else {},
+            selector=dict(selector) if is_mapping(selector) and not bad_selector else {},
             node=_text(spec.get("nodeName")),
             gpu_devices=tuple(str(d) for d in devices) if isinstance(devices, list | tuple) else (),
             targets=targets,
@@ -127,7 +128,7 @@ class Placement:
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if is_mapping(value) else {}
 
 
 def _text(value: object) -> str:
@@ -147,12 +148,12 @@ _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 def _selector_problems(selector: object) -> list[str]:
     """What makes `selector` not a LabelSelector of the CRD's shape; [] for a well-formed one."""
-    if not isinstance(selector, Mapping):
+    if not is_mapping(selector):
         return [f"spec.podSelector must be an object with matchLabels or matchExpressions, got {_shown(selector)}"]
     out = []
     labels = selector.get("matchLabels")
     if labels is not None:
-        if not isinstance(labels, Mapping):
+        if not is_mapping(labels):
             out.append(f"spec.podSelector.matchLabels must be an object of label: value, got {_shown(labels)}")
         else:
             out += [
@@ -165,7 +166,7 @@ def _selector_problems(selector: object) -> list[str]:
         out.append(f"spec.podSelector.matchExpressions must be a list, got {_shown(exprs)}")
     for i, e in enumerate(exprs if isinstance(exprs, list) else ()):
         where = f"spec.podSelector.matchExpressions[{i}]"
-        if not isinstance(e, Mapping):
+        if not is_mapping(e):
             out.append(f"{where} must be an object with key and operator, got {_shown(e)}")
             continue
         key, op, values = e.get("key"), e.get("operator"), e.get("values")
@@ -187,11 +188,11 @@ def shape_problems(obj: Mapping[str, Any]) -> list[Problem]:
     own precise messages (target_error). The API server's schema rejects all of these first, so a
     real request never carries them."""
     meta, spec = obj.get("metadata"), obj.get("spec")
-    if meta is not None and not isinstance(meta, Mapping):
+    if meta is not None and not is_mapping(meta):
         return [Problem(Code.MALFORMED_SPEC, f"metadata must be an object, got {_shown(meta)}")]
     if spec is None:
         return []
-    if not isinstance(spec, Mapping):
+    if not is_mapping(spec):
         return [Problem(Code.MALFORMED_SPEC, f"spec must be an object, got {_shown(spec)}")]
     out = [
         Problem(Code.MALFORMED_SPEC, f"spec.{key} must be a string, got {_shown(spec[key])}")
@@ -201,9 +202,9 @@ def shape_problems(obj: Mapping[str, Any]) -> list[Problem]:
     if "podSelector" in spec:
         out += [Problem(Code.BAD_SELECTOR, m) for m in _selector_problems(spec["podSelector"])]
     timeouts = spec.get("timeouts")
-    if timeouts is not None and not isinstance(timeouts, Mapping):
+    if timeouts is not None and not is_mapping(timeouts):
         out.append(Problem(Code.MALFORMED_SPEC, f"spec.timeouts must be an object, got {_shown(timeouts)}"))
-    for key, value in timeouts.items() if isinstance(timeouts, Mapping) else ():
+    for key, value in timeouts.items() if is_mapping(timeouts) else ():
         if key in ("evictionSeconds", "replacementSeconds") and not (_is_int(value) and value >= 1):
             out.append(
                 Problem(Code.MALFORMED_SPEC, f"spec.timeouts.{key} must be a positive integer, got {_shown(value)}")
