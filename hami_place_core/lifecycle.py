@@ -78,7 +78,7 @@ P = Phase
 _LIVE = (P.PENDING, P.CLAIMED, P.BOUND, P.EVICTING, P.WAITING)
 EDGES: tuple[Edge, ...] = (
     Edge(P.PENDING, Seen.POD_CLAIMED, P.CLAIMED),
-    Edge(P.EVICTING, Seen.POD_CLAIMED, P.CLAIMED, "by a pod of the evicted pod's controller"),
+    Edge(P.EVICTING, Seen.POD_CLAIMED, P.CLAIMED, "by a pod of the same controller"),
     Edge(P.WAITING, Seen.POD_CLAIMED, P.CLAIMED),
     Edge(P.CLAIMED, Seen.POD_APPEARED, P.BOUND),
     Edge(P.CLAIMED, Seen.LEASE_EXPIRED, P.PENDING, "nothing evicted yet"),
@@ -490,3 +490,7 @@ def mermaid() -> str:
     lines += [f"    {a} --> {b}: {', '.join(names)}" for (a, b), names in labels.items()]
     lines += [f"    {phase} --> [*]" for phase in Phase if phase.terminal]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m hami_place_core.lifecycle: the diagram for docs/architecture.md
+    print(mermaid(), end="")
