@@ -21,7 +21,15 @@ from agent.kube import AsyncKube
 from agent.transitions import Transitions
 from hami_place_core import placement as hp
 from hami_place_core.lifecycle import Observation, Seen
-from hami_place_core.placement import Placement, link_annotations, pin_patch, workload_key
+from hami_place_core.placement import (
+    Placement,
+    link_annotations,
+    pin_patch,
+    pod_resource_problems,
+    pod_shape_problems,
+    workload_key,
+)
+from hami_place_core.problems import Problem, messages
 from hami_place_core.requests import has_hami_resources
 from hami_place_core.targets import TargetError, resolve
 
@@ -40,6 +48,11 @@ def is_candidate(pod: dict[str, Any]) -> bool:
 def _pod_label(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("name") or (str(meta.get("generateName") or "") + "<generated>"))
+
+
+def _unexamined(problems: list[Problem]) -> Verdict:
+    """Never block a pod: one the API server could not have sent is admitted unchanged."""
+    return Verdict(warnings=[f"hami-place: pod not examined ({'; '.join(messages(problems))}); admitted unchanged"])
 
 
 class PodMutator:
@@ -62,15 +75,24 @@ class PodMutator:
         pod = review.obj
         if review.operation != "CREATE" or review.namespace in self.settings.excluded_namespaces:
             return Verdict()
+        # Shapes only a crafted review carries are found before anything reads them: cheaply on
+        # every review, in full once a placement could claim the pod.
+        malformed = pod_resource_problems(pod)
+        if malformed:
+            return _unexamined(malformed)
         if not is_candidate(pod):
             return Verdict()
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        if hp.POD_CLAIM in annotations:
-            return self._reapply(review, annotations)
-        candidates = self.cache.claim_candidates(review.namespace, meta.get("labels") or {})
-        if not candidates:
+        reapply = type(annotations) is dict and hp.POD_CLAIM in annotations
+        candidates = [] if reapply else self.cache.claim_candidates(review.namespace, meta.get("labels") or {})
+        if not reapply and not candidates:
             return Verdict()
+        malformed = pod_shape_problems(pod)
+        if malformed:
+            return _unexamined(malformed)
+        if reapply:
+            return self._reapply(review, annotations)
         owner = workload_key(pod, review.namespace)
         candidates = [p for p in candidates if claimable(p, owner)]
         if not candidates:

@@ -212,6 +212,88 @@ def shape_problems(obj: Mapping[str, Any]) -> list[Problem]:
     return out
 
 
+def _strings(value: object) -> bool:
+    return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
+
+
+def _objects(value: object) -> bool:
+    return type(value) is list and all(type(x) is dict for x in value)
+
+
+def pod_resource_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """The types of what deciding whether HAMi schedules the pod reads (its containers' resource
+    names): cheap enough for every pod review. Values are not looked at here."""
+    spec = pod.get("spec") or {}
+    if type(spec) is not dict:
+        return [Problem(Code.MALFORMED_POD, f"spec must be an object, got {_shown(spec)}")]
+    out = []
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if type(containers) is not list:
+            out.append(f"spec.{key} must be a list of containers")
+            continue
+        for i, c in enumerate(containers):
+            res = c.get("resources") if type(c) is dict else ()
+            if res is None:
+                continue
+            if type(res) is dict:
+                limits, requests = res.get("limits"), res.get("requests")
+                if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
+                    continue
+            out.append(f"spec.{key}[{i}] must be a container with resources.limits and .requests objects")
+    return _pod_problems(out)
+
+
+def pod_shape_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """What in a pod has a type the API server would never send (only a crafted review can): all
+    the mutating webhook reads before pinning it (labels, annotations, owners, resources, node
+    affinity); [] for every pod the API server sends."""
+    problems = pod_resource_problems(pod)
+    if problems:
+        return problems
+    out: list[str] = []
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    for key in ("labels", "annotations"):
+        if meta.get(key) is not None and not _strings(meta[key]):
+            out.append(f"metadata.{key} must be an object of strings")
+    if meta.get("ownerReferences") is not None and not _objects(meta["ownerReferences"]):
+        out.append("metadata.ownerReferences must be a list of objects")
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(key) or ()):
+            res = c.get("resources") or {}
+            if not all(_strings(res.get(part) or {}) for part in ("limits", "requests")):
+                out.append(f"spec.{key}[{i}].resources must hold quantities as strings")
+    affinity = spec.get("affinity")
+    if affinity is not None and not _node_affinity_ok(affinity):
+        out.append("spec.affinity.nodeAffinity must be a NodeAffinity object")
+    return _pod_problems(out)
+
+
+def _node_affinity_ok(affinity: object) -> bool:
+    if type(affinity) is not dict:
+        return False
+    node = affinity.get("nodeAffinity")
+    if node is None:
+        return True
+    if type(node) is not dict:
+        return False
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    if type(required) is not dict:
+        return False
+    terms = required.get("nodeSelectorTerms")
+    return terms is None or (
+        _objects(terms) and all(t.get("matchFields") is None or type(t["matchFields"]) is list for t in terms)
+    )
+
+
+def _pod_problems(messages: list[str]) -> list[Problem]:
+    return [Problem(Code.MALFORMED_POD, m) for m in messages]
+
+
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 

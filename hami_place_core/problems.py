@@ -15,6 +15,7 @@ class Code(StrEnum):
     # the placement object itself (any shape the API server or a crafted review could send)
     MALFORMED_SPEC = "MalformedSpec"
     MALFORMED_STATUS = "MalformedStatus"
+    MALFORMED_POD = "MalformedPod"
     BAD_GPU_DEVICES = "BadGpuDevices"
     BAD_SELECTOR = "BadSelector"
     REQ_ID_TAKEN = "ReqIDTaken"

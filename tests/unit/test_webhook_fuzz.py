@@ -26,7 +26,7 @@ from agent.validate import PlacementValidator
 from hami_place_core import kube_errors
 from hami_place_core import placement as hp
 from hami_place_core.annotations import GpuDevice
-from hami_place_core.placement import Placement
+from hami_place_core.placement import Placement, pod_shape_problems
 from hami_place_core.simulate import gpu_uuid, node_manifest
 
 SEED = 20  # issue 20
@@ -195,6 +195,29 @@ def _pod(rng: random.Random, i: int) -> dict[str, Any]:
         pod["metadata"]["annotations"] = {hp.POD_CLAIM: "tok", hp.POD_PLACEMENT: f"p{rng.randrange(30)}"}
     if rng.random() < 0.1:
         pod["metadata"]["labels"] = {"app": app, "extra": "", "n": str(i)}
+    if rng.random() < 0.15:  # what only a crafted review carries
+        where, value = rng.choice(
+            [
+                (("metadata", "labels"), ["app", app]),
+                (("metadata", "annotations"), {hp.POD_CLAIM: 7}),
+                (("metadata", "annotations"), "claimed"),
+                (("metadata", "ownerReferences"), ["rs"]),
+                (("spec",), "pod"),
+                (("spec", "containers"), "c"),
+                (("spec", "containers"), [7]),
+                (("spec", "containers"), [{"name": "c", "resources": ["nvidia.com/gpu"]}]),
+                (("spec", "containers"), [{"name": "c", "resources": {"limits": "nvidia.com/gpu=1"}}]),
+                (("spec", "containers"), [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]),
+                (("spec", "initContainers"), {"name": "i"}),
+                (("spec", "affinity"), {"nodeAffinity": []}),
+                (("spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": 1}}),
+                (("spec", "affinity"), "near n1"),
+            ]
+        )
+        target = pod
+        for key in where[:-1]:
+            target = target[key]
+        target[where[-1]] = value
     return pod
 
 
@@ -268,7 +291,6 @@ def test_validating_webhook_denies_every_malformed_placement_and_never_fails(cap
     assert _errors("validate") == before, "a review took the validating webhook's internal-error path"
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     # the generator reaches every outcome, and bad input in large numbers
-    print(seen)
     assert seen["allowed"] > 100 and seen["denied"] > 1000 and seen["malformed"] > 500, seen
 
 
@@ -278,6 +300,7 @@ def test_mutating_webhook_never_takes_its_internal_error_path(caplog: pytest.Log
     async def run() -> tuple[int, int]:
         cache = _cache(rng)
         kube = FakeKube(rng, cache)
+        malformed = 0
         mutator = PodMutator(Settings(), cache, kube, EventRecorder(kube, "fuzz"))  # type: ignore[arg-type]
         patched = 0
         for i in range(POD_CASES):
@@ -285,16 +308,48 @@ def test_mutating_webhook_never_takes_its_internal_error_path(caplog: pytest.Log
                 for obj in list(cache.placements.store.values()):
                     if isinstance(obj.get("status"), dict) and obj["status"].get("phase") == "Claimed":
                         cache.placements.apply({"type": "MODIFIED", "object": {**obj, "status": {}}})
-            verdict = await mutator.review(parse_review(_review("CREATE", "Pod", _pod(rng, i), None, rng)))
-            assert not any("internal error" in w for w in verdict.warnings), verdict.warnings
+            pod = _pod(rng, i)
+            verdict = await mutator.review(parse_review(_review("CREATE", "Pod", pod, None, rng)))
+            assert not any("internal error" in w for w in verdict.warnings), (pod, verdict.warnings)
+            if pod_shape_problems(pod):
+                malformed += 1
+                assert not verdict.patch, pod  # admitted unchanged
             patched += bool(verdict.patch)
         await asyncio.sleep(0)  # let the fired Events finish
-        return patched, len(cache.placements.store)
+        return patched, malformed
 
     before = _errors("mutate")
     with caplog.at_level(logging.WARNING):
-        patched, _ = asyncio.run(run())
+        patched, malformed = asyncio.run(run())
     assert _errors("mutate") == before
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
-    print(patched)
-    assert patched > 50  # pods were pinned along the way: the claim path ran, 409s included
+    assert patched > 50 and malformed > 200, (
+        patched,
+        malformed,
+    )  # pods were pinned along the way: the claim path ran, 409s included
+
+
+def test_a_crafted_pod_is_admitted_unchanged_saying_why() -> None:
+    rng = random.Random(SEED)  # noqa: S311 - a reproducible fuzz, not a secret
+
+    async def answer(pod: dict[str, Any]) -> list[str]:
+        cache = _cache(rng)
+        kube = FakeKube(rng, cache)
+        mutator = PodMutator(Settings(), cache, kube, EventRecorder(kube, "fuzz"))  # type: ignore[arg-type]
+        verdict = await mutator.review(parse_review(_review("CREATE", "Pod", pod, None, rng)))
+        assert not verdict.patch
+        return verdict.warnings
+
+    pod = _pod(rng, 0)
+    pod["spec"]["containers"] = [{"name": "c", "resources": ["nvidia.com/gpu"]}]
+    assert asyncio.run(answer(pod)) == [
+        "hami-place: pod not examined (spec.containers[0] must be a container with resources.limits and "
+        ".requests objects); admitted unchanged"
+    ]
+    pod = _pod(rng, 0)
+    pod["metadata"]["labels"] = {"app": "web"}
+    pod["spec"]["schedulerName"] = "hami-scheduler"
+    pod["metadata"]["ownerReferences"] = ["web-rs"]
+    assert asyncio.run(answer(pod)) == [
+        "hami-place: pod not examined (metadata.ownerReferences must be a list of objects); admitted unchanged"
+    ]
