@@ -104,6 +104,7 @@ EDGES: tuple[Edge, ...] = (
     *(Edge(phase, Seen.REPLACEMENT_DEADLINE, P.FAILED) for phase in (P.WAITING, P.CLAIMED, P.BOUND)),
     *(Edge(phase, Seen.CANCEL, P.CANCELLED) for phase in _LIVE),
 )
+_KNOWN = frozenset(Phase)  # a Phase hashes and compares as its string
 TABLE: dict[tuple[Phase, Seen], tuple[Phase, ...]] = {}
 for _e in EDGES:
     TABLE.setdefault((_e.source, _e.seen), ())
@@ -172,7 +173,7 @@ def stamp(now: dt.datetime, offset_seconds: float = 0) -> str:
 def decide(p: Placement, obs: Observation, now: dt.datetime) -> Transition | None:
     """The transition `obs` causes from `p`'s status, or None: no edge (illegal or irrelevant in
     this phase), a guard that does not hold, or nothing that would change."""
-    if p.phase not in Phase.__members__.values():
+    if p.phase not in _KNOWN:
         return None  # a phase this version does not know: leave it to whoever wrote it
     source = Phase(p.phase)
     targets = TABLE.get((source, obs.seen))
