@@ -437,6 +437,7 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     from agent.validate import check_target
     from hami_place_core.annotations import GpuDevice
     from hami_place_core.placement import Placement
+    from hami_place_core.problems import Code
     from hami_place_core.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
@@ -470,8 +471,8 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
             },
         }
     )
-    assert check_target(cache, placement, []) == [
-        "node n1 has no room for the pod: Insufficient cpu (1 free, 2 requested)"
+    assert [(x.code, x.message) for x in check_target(cache, placement, [])] == [
+        (Code.NO_NODE_ROOM, "node n1 has no room for the pod: Insufficient cpu (1 free, 2 requested)")
     ]
     cache.apply("pods", {"type": "DELETED", "object": hog})
     assert check_target(cache, placement, []) == []

@@ -379,8 +379,8 @@ def test_the_movers_limits_and_replacement_check_read_one_workloads_pods() -> No
     assert [p.name for p in mover._in_flight()] == ["other"]
     assert mover._limit_reason(move, web_a) == "workload ReplicaSet/web has 2 pod(s) unavailable or moving (limit 2)"
     # a new pod of web without a claim while a move waits: the replacement was admitted unpinned
+    flying["status"]["siblingUIDs"] = ["uid-ns-web-a", "uid-ns-web-b"]
     waiting = Placement.from_object(flying)
-    waiting.status["siblingUIDs"] = ["uid-ns-web-a", "uid-ns-web-b"]
     assert mover._unpinned_replacement(waiting) is None
     event(cache, "pods", "ADDED", _ready_pod("db-c", "StatefulSet/db"))
     assert mover._unpinned_replacement(waiting) is None  # another workload's new pod
