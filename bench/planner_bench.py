@@ -56,9 +56,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import openb_replay as replay
 
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
@@ -78,6 +75,7 @@ from hami_place_core.planner_constraints import immovable_reason, node_refusal, 
 from hami_place_core.requests import GpuRequest
 from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
+from testbed import openb as replay
 
 CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
 EFFICIENT = 1.3  # moves per freed GPU for the prefix row
@@ -822,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cuts = [float(c) for c in args.cuts.split(",")]
     nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
-    pods = replay.load_pods(replay._pods_path(args.pods))
+    pods = replay.load_pods(replay.pod_list_path(args.pods))
     r = replay.Replayer(nodes, pods, departures=False)
     report: dict[str, Any] = {
         "machine": {

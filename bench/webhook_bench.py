@@ -665,12 +665,13 @@ class Bench:
     def start(self) -> None:
         from kubernetes import client
 
-        from testbed.agent_process import AgentProcess, webhook_configs
+        from testbed.agent_process import AgentProcess
         from testbed.certs import CertificateAuthority
         from testbed.cluster import TestBed
+        from testbed.crd import install_crd
         from testbed.gpu_nodes import uniform_nodes
         from testbed.processes import Process, free_port, wait_until
-        from tests.agent.conftest import install_crd
+        from testbed.webhooks import register_webhooks, webhook_configs
 
         self.log("starting the test bed (etcd, kube-apiserver, kcm, scheduler, kwok, 4 GPU nodes)")
         self.bed = TestBed(workdir=self.workdir / "testbed", nodes=uniform_nodes(NODES, gpus=GPUS_PER_NODE)).start()
@@ -716,18 +717,18 @@ class Bench:
             self.log("go not found: the pod-creation phase runs without the Go webhook arm")
 
         self.log(f"registering the webhooks for namespaces labelled {BENCH_LABEL}={BENCH_VALUE}")
+        helm = self.bed.binary("helm")
         mutating, validating = webhook_configs(
-            CONFIG_NAME, self.agent.url, ca.cert_pem, {"matchLabels": {BENCH_LABEL: BENCH_VALUE}}
+            helm, CONFIG_NAME, self.agent.url, ca.cert_pem, {BENCH_LABEL: BENCH_VALUE}
         )
+        register_webhooks(self.kube, mutating, validating)
         adm = client.AdmissionregistrationV1Api(self.kube)
-        adm.create_mutating_webhook_configuration(mutating)  # type: ignore[arg-type]  # the client takes dicts
-        adm.create_validating_webhook_configuration(validating)  # type: ignore[arg-type]
         # The bare server (and the Go one) as pod webhooks too, for their own namespaces, with the
         # agent's registration otherwise: they show what any webhook costs the apiserver.
         for arm, url in (("bare", self.bare_url), ("go", self.go_url if self.go else "")):
             if not url:
                 continue
-            hook, _ = webhook_configs(f"{CONFIG_NAME}-{arm}", url, ca.cert_pem, {})
+            hook, _ = webhook_configs(helm, f"{CONFIG_NAME}-{arm}", url, ca.cert_pem, {})
             hook["webhooks"][0]["name"] = f"pods.{arm}.bench.hami-place.scheduling.hami.placement.com"
             hook["webhooks"][0]["namespaceSelector"] = {"matchLabels": {ARM_LABEL: arm}}
             adm.create_mutating_webhook_configuration(hook)  # type: ignore[arg-type]

@@ -13,9 +13,12 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet, create_placement
+from testbed.crd import install_crd
+from testbed.placements import placement
+from testbed.tokens import admin_token, sa_token
+from testbed.waiting import wait_for
 from testbed.webhook_server import WebhookServer
-from tests.agent.conftest import AgentSet, admin_token, create_placement, install_crd, placement, sa_token
-from tests.helpers import wait_for
 
 pytestmark = pytest.mark.testbed
 
