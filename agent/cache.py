@@ -18,8 +18,8 @@ from typing import Any
 from agent.claims import ClaimIndex
 from agent.kube import AsyncKube
 from hami_place_core import annotations as ann
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement
 from hami_place_core.state import ClusterState, delete_node, delete_pod, upsert_node, upsert_pod
 

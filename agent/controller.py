@@ -30,8 +30,8 @@ from agent.leader import LeaderElector
 from agent.mover import Mover
 from agent.status import condition, is_past, merge_conditions, now_rfc3339, write_status
 from hami_place_core import annotations as ann
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement
 
 log = logging.getLogger("hami_place.agent.controller")

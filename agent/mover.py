@@ -38,8 +38,8 @@ from agent.failpoints import failpoint
 from agent.kube import AsyncKube
 from agent.status import condition, merge_conditions, now_rfc3339, parse_rfc3339, write_status
 from agent.validate import check_evict_pod, check_target
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, workload_key
 
 log = logging.getLogger("hami_place.agent.mover")

@@ -19,8 +19,8 @@ from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
 from agent.status import now_rfc3339, reread, write_status
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, link_annotations, pin_patch, workload_key
 from hami_place_core.requests import has_hami_resources
 from hami_place_core.targets import TargetError, resolve

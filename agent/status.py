@@ -84,7 +84,7 @@ async def write_status(kube: AsyncKube, cache: ClusterCache, p: Placement, statu
 
 async def reread(kube: AsyncKube, cache: ClusterCache, p: Placement) -> Placement | None:
     """The live placement (after a 409), also refreshing the cache; None if it is gone."""
-    from hami_place_core import kube_errors
+    from hami_place_core.kube import errors as kube_errors
 
     try:
         obj = await kube.request("GET", hp.placement_path(p.namespace, p.name))
