@@ -73,7 +73,7 @@ class AsyncKube:
         url = wire.url(self.creds.server, path, params)
         for attempt in (1, 2):
             resp = await self._session_get().request(
-                method, url, headers={**headers, **self.creds.request_headers()}, **self._extra(), **kw
+                method, url, headers=[*headers.items(), *self.creds.request_headers()], **self._extra(), **kw
             )
             if resp.status == 401 and attempt == 1 and self.creds.auth.refresh():
                 resp.release()

@@ -87,13 +87,16 @@ class Kube:
 
     def _send(self, method: str, path: str, query: dict[str, Any] | None, **kw: Any) -> Any:
         """One request; after a 401 the credentials are refreshed and it is sent once more."""
+        from urllib3 import HTTPHeaderDict
+
         creds = self.credentials()
-        headers = kw.pop("headers")
+        base = kw.pop("headers")
         for attempt in (1, 2):
+            headers = HTTPHeaderDict(base)
+            for name, value in creds.request_headers():  # Impersonate-Group may repeat
+                headers.add(name, value)
             try:
-                resp = self._pool_get().request(
-                    method, wire.url(creds.server, path, query), headers={**headers, **creds.request_headers()}, **kw
-                )
+                resp = self._pool_get().request(method, wire.url(creds.server, path, query), headers=headers, **kw)
             except kube_errors.KubeError:
                 raise
             except Exception as e:  # urllib3/TLS/socket errors all mean "unreachable"

@@ -49,7 +49,7 @@ class Credentials:
     proxy_url: str | None = None
     client_cert: tuple[bytes, bytes] | None = None  # PEM certificate and key
     auth: Auth = field(default_factory=Auth)
-    headers: dict[str, str] = field(default_factory=dict)  # impersonation
+    headers: list[tuple[str, str]] = field(default_factory=list)  # impersonation; a name may repeat
     source: str = ""  # where these came from, for messages
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -72,10 +72,10 @@ class Credentials:
     def authorization(self) -> str | None:
         return self.auth.authorization()
 
-    def request_headers(self) -> dict[str, str]:
-        """Impersonation plus the current Authorization header."""
+    def request_headers(self) -> list[tuple[str, str]]:
+        """Impersonation plus the current Authorization header, as pairs: Impersonate-Group repeats."""
         header = self.auth.authorization()
-        return {**self.headers, **({"Authorization": header} if header else {})}
+        return [*self.headers, *([("Authorization", header)] if header else [])]
 
 
 def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
@@ -109,7 +109,9 @@ def _read(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
+        mark = getattr(e, "problem_mark", None)
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML: {what}{f' (line {mark.line + 1})' if mark else ''}") from e
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -163,7 +165,9 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
         raise ConfigError(f"context {name!r} is not in the kubeconfig")
     ctx, _ = merged.entries["contexts"][name]
     cluster_name = ctx.get("cluster")
-    if not cluster_name or cluster_name not in merged.entries["clusters"]:
+    if not cluster_name:
+        raise ConfigError(f"context {name!r} names no cluster")
+    if cluster_name not in merged.entries["clusters"]:
         raise ConfigError(f"context {name!r} names cluster {cluster_name!r}, which is not in the kubeconfig")
     cluster, cbase = merged.entries["clusters"][cluster_name]
     user, ubase = merged.entries["users"].get(ctx.get("user") or "", ({}, cbase))
@@ -318,18 +322,18 @@ def _exec_cluster_info(cluster: dict[str, Any], creds: Credentials) -> dict[str,
     return info
 
 
-def _impersonation(user: dict[str, Any]) -> dict[str, str]:
-    headers: dict[str, str] = {}
+def _impersonation(user: dict[str, Any]) -> list[tuple[str, str]]:
+    """kubectl's impersonation headers: one Impersonate-Group (or -Extra-) header per value."""
+    from urllib.parse import quote
+
+    headers: list[tuple[str, str]] = []
     if user.get("as"):
-        headers["Impersonate-User"] = str(user["as"])
+        headers.append(("Impersonate-User", str(user["as"])))
     if user.get("as-uid"):
-        headers["Impersonate-Uid"] = str(user["as-uid"])
-    if user.get("as-groups"):
-        # one header per group is what the API server reads; a comma list is the closest one
-        # dict can carry, and group names cannot hold a comma in practice
-        headers["Impersonate-Group"] = ",".join(str(g) for g in user["as-groups"])
+        headers.append(("Impersonate-Uid", str(user["as-uid"])))
+    headers += [("Impersonate-Group", str(g)) for g in user.get("as-groups") or ()]
     for key, values in (user.get("as-user-extra") or {}).items():
-        headers[f"Impersonate-Extra-{key}"] = ",".join(str(v) for v in values)
+        headers += [(f"Impersonate-Extra-{quote(str(key), safe='')}", str(v)) for v in values or ()]
     return headers
 
 
