@@ -107,7 +107,9 @@ class ExecAuth(Auth):
         return [cmd, *(str(a) for a in self.spec.get("args") or ())]
 
     def _run(self) -> dict[str, Any]:
-        interactive = self.spec.get("interactiveMode", "IfAvailable") != "Never" and sys.stdin.isatty()
+        interactive = (
+            self.spec.get("interactiveMode", "IfAvailable") != "Never" and sys.stdin is not None and sys.stdin.isatty()
+        )
         info: dict[str, Any] = {"interactive": interactive}
         if self.spec.get("provideClusterInfo") and self.cluster is not None:
             info["cluster"] = self.cluster
