@@ -3,7 +3,8 @@
 Credentials, errors and the watch decoder are the shared layer's (:mod:`hami_place_core.kube`):
 the in-cluster service account, or a kubeconfig when the agent runs as a local process (tests,
 development). Errors are the typed ones of :mod:`hami_place_core.kube.errors`, so handlers catch
-``Conflict`` or ``NotFound``, never numbers.
+``Conflict`` or ``NotFound``, never numbers. In a pod the token is a file read once a minute; an
+exec plugin (a kubeconfig for a local run) runs synchronously, once per credential lifetime.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ class AsyncKube:
         if self._session is None or self._session.closed or self._generation != self.creds.auth.generation:
             if self._session is not None and not self._session.closed:
                 self._retired.append(self._session)  # its watches in flight finish; closed with us
+            ssl_ctx: Any = self.creds.ssl_context()  # may run an exec plugin, which may move generation
             self._generation = self.creds.auth.generation
-            ssl_ctx: Any = self.creds.ssl_context()
             connector = aiohttp.TCPConnector(ssl=ssl_ctx if ssl_ctx is not None else False, limit=64)
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
         return self._session
