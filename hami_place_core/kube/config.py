@@ -144,7 +144,7 @@ def _merge(paths: list[Path]) -> _Merged:
                 body = item.get(key) or {}
                 if not isinstance(body, dict):
                     raise ConfigError(f"{path}: {kind} entry {name!r} has no {key} mapping")
-                merged.entries[kind].setdefault(name, (body, path.parent.resolve()))
+                merged.entries[kind].setdefault(name, (body, Path(os.path.abspath(path.parent))))
     return merged
 
 
@@ -159,18 +159,8 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
         where = kubeconfig or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
         raise ConfigError(f"no kubeconfig file at {where}")
     name = context or merged.current_context
-    if not name:
-        raise ConfigError("no context chosen: the kubeconfig sets no current-context and --context was not given")
-    if name not in merged.entries["contexts"]:
-        raise ConfigError(f"context {name!r} is not in the kubeconfig")
-    ctx, _ = merged.entries["contexts"][name]
-    cluster_name = ctx.get("cluster")
-    if not cluster_name:
-        raise ConfigError(f"context {name!r} names no cluster")
-    if cluster_name not in merged.entries["clusters"]:
-        raise ConfigError(f"context {name!r} names cluster {cluster_name!r}, which is not in the kubeconfig")
-    cluster, cbase = merged.entries["clusters"][cluster_name]
-    user, ubase = merged.entries["users"].get(ctx.get("user") or "", ({}, cbase))
+    cluster_name, (cluster, cbase), (user, ubase) = _context(merged, name)
+    ctx = merged.entries["contexts"][str(name)][0]
     server = str(cluster.get("server") or "").rstrip("/")
     if not server:
         raise ConfigError(f"cluster {cluster_name!r} has no server")
@@ -191,6 +181,24 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
     creds.auth = _user_auth(user, ubase, _exec_cluster_info(cluster, creds))
     creds.headers = _impersonation(user)
     return creds
+
+
+def _context(merged: _Merged, name: str | None) -> tuple[str, tuple[dict[str, Any], Path], tuple[dict[str, Any], Path]]:
+    """The context's cluster name, its cluster and its user (each with the directory of its file)."""
+    if not name:
+        raise ConfigError("no context chosen: the kubeconfig sets no current-context and --context was not given")
+    if name not in merged.entries["contexts"]:
+        raise ConfigError(f"context {name!r} is not in the kubeconfig")
+    ctx, _ = merged.entries["contexts"][name]
+    cluster_name = ctx.get("cluster")
+    if not cluster_name:
+        raise ConfigError(f"context {name!r} names no cluster")
+    if cluster_name not in merged.entries["clusters"]:
+        raise ConfigError(f"context {name!r} names cluster {cluster_name!r}, which is not in the kubeconfig")
+    cluster = merged.entries["clusters"][cluster_name]
+    # a user the kubeconfig does not define means no credentials, as in the official client
+    user = merged.entries["users"].get(ctx.get("user") or "", ({}, cluster[1]))
+    return str(cluster_name), cluster, user
 
 
 def _file_or_data(entry: dict[str, Any], key: str, base: Path, owner: str) -> bytes | None:
