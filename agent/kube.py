@@ -96,7 +96,7 @@ class AsyncKube:
                 method,
                 path,
                 query,
-                wire.headers({}, body is not None, content_type, "application/json"),
+                wire.headers(body is not None, content_type),
                 data=wire.encode(body),
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
             )

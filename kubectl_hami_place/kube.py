@@ -120,7 +120,7 @@ class Kube:
             path,
             query,
             body=wire.encode(body),
-            headers=wire.headers({}, body is not None, content_type, "application/json"),
+            headers=wire.headers(body is not None, content_type),
             timeout=self._timeout(self.request_timeout),
         )
         return wire.answer(resp.status, resp.data)

@@ -21,11 +21,9 @@ def url(server: str, path: str, query: Mapping[str, Any] | None = None) -> str:
     return server + path + (f"?{urlencode(params)}" if params else "")
 
 
-def headers(auth_headers: Mapping[str, str], body: bool, content_type: str, accept: str) -> dict[str, str]:
-    out = {"Accept": accept, **auth_headers}
-    if body:
-        out["Content-Type"] = content_type
-    return out
+def headers(body: bool, content_type: str, accept: str = "application/json") -> dict[str, str]:
+    """The request's own headers; the credentials' (Authorization, Impersonate-*) are added per send."""
+    return {"Accept": accept, **({"Content-Type": content_type} if body else {})}
 
 
 def encode(body: Any) -> bytes | None:

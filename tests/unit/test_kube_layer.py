@@ -274,3 +274,53 @@ def test_in_cluster_without_a_pod_is_a_typed_error(monkeypatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(kube_errors.ConfigError, match="not in a pod"):
         load_credentials(None)
+
+
+# ---- the CLI's watch loops over the decoder ------------------------------------------------------------
+def _placement(rv: str, phase: str) -> dict[str, Any]:
+    meta = {"namespace": "ml", "name": "p", "resourceVersion": rv}
+    return {"metadata": meta, "spec": {"nodeName": "n1", "gpuDevices": ["gpu-0"]}, "status": {"phase": phase}}
+
+
+class _GoneOnce:
+    """A Kube whose first watch expires (410) after one event; the re-read and second watch go on."""
+
+    def __init__(self) -> None:
+        self.watches: list[str] = []
+        self.reads = 0
+
+    def request(self, method: str, path: str, query: Any = None) -> dict[str, Any]:
+        self.reads += 1
+        if query and query.get("limit") == 1:  # status -w's relist for a fresh resourceVersion
+            return {"metadata": {"resourceVersion": "20"}, "items": []}
+        return _placement("10" if self.reads == 1 else "20", "Pending")
+
+    def watch(self, path: str, query: dict[str, Any], read_timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        self.watches.append(query["resourceVersion"])
+        if len(self.watches) == 1:
+            yield {"type": "MODIFIED", "object": _placement("11", "Pending")}
+            raise kube_errors.Gone("too old resource version", status=410)
+        yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "21"}}}
+        yield {"type": "MODIFIED", "object": _placement("22", "Completed")}
+
+
+def test_follow_reads_the_placement_again_after_gone() -> None:
+    from kubectl_hami_place.follow import _watch_views
+
+    kube = _GoneOnce()
+    phases = []
+    for view in _watch_views(kube, "ml", "p", lambda: None):  # type: ignore[arg-type]
+        phases.append(view.get("phase"))
+        if view.get("phase") == "Completed":
+            break
+    assert phases == ["Pending", "Pending", "Pending", "Completed"]
+    assert kube.watches == ["10", "20"]  # the second watch starts from the re-read object
+
+
+def test_status_watch_lists_again_after_gone(capsys) -> None:
+    from kubectl_hami_place.status_cmd import _watch
+
+    kube = _GoneOnce()
+    _watch(kube, "/apis/x/ml/p", {}, [], "10", "json", False, True)
+    printed = [json.loads(line)["phase"] for line in capsys.readouterr().out.splitlines()]
+    assert printed == ["Pending", "Completed"] and kube.watches == ["10", "20"]
