@@ -145,10 +145,12 @@ def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
     s: Settings = app.ctx.settings
     cache: ClusterCache = app.ctx.cache
     checks: dict[str, Any] = {}
-    for inf in (cache.nodes, cache.pods, cache.placements, cache.namespaces):
-        synced = inf.synced.is_set()
-        metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if synced else 0)
-        checks[f"cache-synced-{inf.name}"] = {"ok": synced, **({"lastError": inf.last_error} if inf.last_error else {})}
+    for inf in cache.sync_status():
+        metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if inf.synced else 0)
+        checks[f"cache-synced-{inf.name}"] = {
+            "ok": inf.synced,
+            **({"lastError": inf.last_error} if inf.last_error else {}),
+        }
     if s.tls_cert_file:
         checks["certificate-loaded"] = {"ok": Path(s.tls_cert_file).is_file()}
     else:
@@ -179,8 +181,8 @@ def health_bp() -> Blueprint:
     @bp.get("/metrics")
     async def prometheus(request: Request) -> r.HTTPResponse:
         readiness(request.app)  # refresh the cache gauges
-        c = request.app.ctx.cache
-        for inf in (c.nodes, c.pods, c.placements, c.namespaces):
+        cache: ClusterCache = request.app.ctx.cache
+        for inf in cache.sync_status():
             metrics.CACHE_LISTS.labels(resource=inf.name).set(inf.relists)
         return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
@@ -240,7 +242,7 @@ def rest_bp() -> Blueprint:
                 with contextlib.suppress(asyncio.QueueFull):
                     queue.put_nowait({"kind": kind, "object": obj})
 
-        cache.placements.listeners.append(on_change)
+        unsubscribe = cache.subscribe("placements", on_change)
         resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             last = None
@@ -262,7 +264,7 @@ def rest_bp() -> Blueprint:
                     await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
                     last = key
         finally:
-            cache.placements.listeners.remove(on_change)
+            unsubscribe()
             await resp.eof()
 
     return bp

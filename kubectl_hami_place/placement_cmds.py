@@ -343,8 +343,7 @@ def cancel(name: str, force: bool, **kw: Any) -> None:
         raise UserError(f"placement {ns}/{name} is already {p.phase}; nothing to cancel (delete it with kubectl)")
     if p.phase != hp.PENDING and not force:
         raise UserError(
-            f"placement {ns}/{name} is {p.phase} ({p.status.get('message') or 'in progress'}); "
-            "cancel it anyway with --force"
+            f"placement {ns}/{name} is {p.phase} ({p.status.message or 'in progress'}); cancel it anyway with --force"
         )
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": p.resource_version}}
     try:
