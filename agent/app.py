@@ -27,7 +27,7 @@ from agent.auth import Authorizer
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.controller import PlacementController
-from agent.errors import AgentError, NotFound, NotReady
+from agent.errors import AgentError, Missing, NotReady
 from agent.events import EventRecorder
 from agent.kube import AsyncKube, load_credentials
 from agent.leader import LeaderElector
@@ -112,7 +112,7 @@ def webhooks_bp() -> Blueprint:
     def main_port_only(request: Request) -> None:
         # Through the service proxy anyone with services/proxy `create` could POST reviews.
         if via_proxy_port(request):
-            raise NotFound(f"{request.path} is not served on the read-only proxy port")
+            raise Missing(f"{request.path} is not served on the read-only proxy port")
         info = request.conn_info
         require_webhook_client(request.app.ctx.settings, request.transport, info.ctx if info is not None else None)
 
@@ -232,7 +232,7 @@ def rest_bp() -> Blueprint:
         cache = _require_ready(request)
         p = cache.placement(namespace, name)
         if p is None:
-            raise NotFound(f"placement {namespace}/{name} not found")
+            raise Missing(f"placement {namespace}/{name} not found")
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
 
         def on_change(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:

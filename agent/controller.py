@@ -31,8 +31,8 @@ from agent.mover import Mover
 from agent.status import is_past, now_rfc3339
 from agent.transitions import Transitions
 from hami_place_core import annotations as ann
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.lifecycle import Observation, Seen
 from hami_place_core.placement import Placement
 from hami_place_core.placement_status import PlacementStatus

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.kube import AsyncKube
-from hami_place_core import kube_errors
+from hami_place_core.kube import errors as kube_errors
 
 log = logging.getLogger("hami_place.agent.cache")
 

@@ -39,8 +39,8 @@ from agent.kube import AsyncKube
 from agent.status import parse_rfc3339
 from agent.transitions import Transitions
 from agent.validate import check_evict_pod, check_target
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.lifecycle import Observation, Seen
 from hami_place_core.placement import Placement, workload_key
 from hami_place_core.problems import Code, Problem

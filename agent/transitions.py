@@ -18,8 +18,8 @@ from agent import metrics
 from agent.cache import ClusterCache
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.lifecycle import Note, Observation, Seen, Transition, decide
 from hami_place_core.placement import Placement
 

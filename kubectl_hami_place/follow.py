@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 
@@ -160,31 +160,24 @@ def _watch_views(
         left = remaining()
         seconds = WATCH_SECONDS if left is None else max(1, min(WATCH_SECONDS, int(left) + 1))
         query = {
-            "watch": "true",
             "fieldSelector": f"metadata.name={name}",
             "resourceVersion": rv,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": seconds,
         }
-        for raw in kube.stream(hp.placement_path(namespace), query, read_timeout=seconds + 10):
-            if not raw.strip():
-                continue
-            ev = json.loads(raw)
-            obj = ev.get("object") or {}
-            if ev.get("type") == "ERROR":
-                if obj.get("code") == 410:
-                    break  # too old: re-read below
-                raise UserError(f"watching placement {namespace}/{name}: {obj.get('message')}")
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if ev.get("type") == "DELETED":
-                raise UserError(f"placement {namespace}/{name} was deleted")
-            if ev.get("type") in ("ADDED", "MODIFIED"):
-                yield hp.placement_view(hp.Placement.from_object(obj))
-        else:
-            yield {}  # the server ended the watch (timeoutSeconds): check the deadline, resume
+        try:
+            for ev in kube.watch(hp.placement_path(namespace), query, read_timeout=seconds + 10):
+                obj = ev.get("object") or {}
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                if ev.get("type") == "DELETED":
+                    raise UserError(f"placement {namespace}/{name} was deleted")
+                if ev.get("type") in ("ADDED", "MODIFIED"):
+                    yield hp.placement_view(hp.Placement.from_object(obj))
+        except kube_errors.Gone:  # too old: re-read below
+            view, rv = _get_view(kube, namespace, name)
+            yield view
             continue
-        view, rv = _get_view(kube, namespace, name)
-        yield view
+        yield {}  # the server ended the watch (timeoutSeconds): check the deadline, resume
 
 
 def follow(

@@ -20,8 +20,8 @@ from agent.config import ConfigError, Settings
 from agent.controller import PlacementController
 from agent.errors import InvalidRequest
 from agent.informer import Informer
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, pin_patch
 from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.targets import parse_targets

@@ -23,9 +23,9 @@ from agent.config import Settings
 from agent.events import EventRecorder
 from agent.mutate import PodMutator
 from agent.validate import PlacementValidator
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
 from hami_place_core.annotations import GpuDevice
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, pod_shape_problems
 from hami_place_core.simulate import gpu_uuid, node_manifest
 
