@@ -933,11 +933,7 @@ class Bench:
         gpu["spec"]["schedulerName"] = "hami-place-bench-unscheduled"
         # The same pod without its GPU resources: not a candidate, so the registration's
         # matchConditions keep the API server from calling any webhook for it.
-        cpu = json.loads(json.dumps(gpu))
-        for c in cpu["spec"]["containers"]:
-            for section in c["resources"].values():
-                for k in [k for k in section if k.startswith("nvidia.com/")]:
-                    del section[k]
+        cpu = _without_gpu_resources(gpu)
         bodies = {"gpu": json.dumps(gpu).encode(), "cpu": json.dumps(cpu).encode()}
         paths = {arm: f"/api/v1/namespaces/{ns}/pods" for arm, ns in self.ns_pods.items()}
         arms = list(self.ns_pods)  # agent, bare, [go,] none
@@ -960,17 +956,7 @@ class Bench:
                 out["go"] = int(self.go_http.json("GET", "/healthz")[1]["served"])
             return out
 
-        # Webhook configurations take effect asynchronously: wait until pods reach every server.
-        for arm in [x for x in arms if x != "none"]:
-            deadline = time.monotonic() + 30
-            while True:
-                before = served()[arm]
-                create(arm)
-                if served()[arm] > before:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {arm} pod webhook never took effect")
-                time.sleep(0.2)
+        _wait_until_served([x for x in arms if x != "none"], create, served)
 
         # Palindromic order: each arm sees the same mean position, so linear drift cancels.
         pattern = (*arms, *reversed(arms))
@@ -1503,6 +1489,32 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(bench.results))
     return 0
+
+
+def _without_gpu_resources(pod: dict[str, Any]) -> dict[str, Any]:
+    """The same pod without its nvidia.com/ resources (a copy)."""
+    out: dict[str, Any] = json.loads(json.dumps(pod))
+    for c in out["spec"]["containers"]:
+        for section in c["resources"].values():
+            for k in [k for k in section if k.startswith("nvidia.com/")]:
+                del section[k]
+    return out
+
+
+def _wait_until_served(
+    arms: list[str], create: Callable[[str], float], served: Callable[[], dict[str, int]], timeout: float = 30
+) -> None:
+    """Webhook configurations take effect asynchronously: create pods until each arm's server sees one."""
+    for arm in arms:
+        deadline = time.monotonic() + timeout
+        while True:
+            before = served()[arm]
+            create(arm)
+            if served()[arm] > before:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {arm} pod webhook never took effect")
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":
