@@ -30,9 +30,10 @@ testbed: testbed-build ## Start a test bed in the background and print its kubec
 testbed-down: ## Stop the background test bed
 	$(BIN)/python -m testbed down
 
-lint: install ## ruff lint + format check
+lint: install ## ruff lint (with the complexity rule) + format check + the import layers (.importlinter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: install ## mypy over the packages and the harness
 	$(BIN)/mypy
@@ -53,8 +54,9 @@ binary: install ## Build the plugin binary (PyInstaller onedir) into build/dist/
 release: binary ## Pack the binary with LICENSE into dist/ (a release archive for this OS/arch)
 	$(BIN)/python release/release.py archive
 
-docs: install ## Regenerate the command reference in docs/cli.md from the CLI
+docs: install ## Regenerate docs/cli.md from the CLI and the state diagram in docs/architecture.md
 	$(BIN)/python release/cli_reference.py
+	$(BIN)/python release/architecture_diagram.py
 
 demo: testbed-build ## Live tour: test bed + 12 GPU nodes + agent, then inspect, pin and move --evict (leaves it up)
 	$(BIN)/python -m testbed.demo

@@ -27,7 +27,7 @@ from agent.auth import Authorizer
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.controller import PlacementController
-from agent.errors import AgentError, NotFound, NotReady
+from agent.errors import AgentError, Missing, NotReady
 from agent.events import EventRecorder
 from agent.kube import AsyncKube, load_credentials
 from agent.leader import LeaderElector
@@ -112,7 +112,7 @@ def webhooks_bp() -> Blueprint:
     def main_port_only(request: Request) -> None:
         # Through the service proxy anyone with services/proxy `create` could POST reviews.
         if via_proxy_port(request):
-            raise NotFound(f"{request.path} is not served on the read-only proxy port")
+            raise Missing(f"{request.path} is not served on the read-only proxy port")
         info = request.conn_info
         require_webhook_client(request.app.ctx.settings, request.transport, info.ctx if info is not None else None)
 
@@ -145,10 +145,12 @@ def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
     s: Settings = app.ctx.settings
     cache: ClusterCache = app.ctx.cache
     checks: dict[str, Any] = {}
-    for inf in (cache.nodes, cache.pods, cache.placements, cache.namespaces):
-        synced = inf.synced.is_set()
-        metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if synced else 0)
-        checks[f"cache-synced-{inf.name}"] = {"ok": synced, **({"lastError": inf.last_error} if inf.last_error else {})}
+    for inf in cache.sync_status():
+        metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if inf.synced else 0)
+        checks[f"cache-synced-{inf.name}"] = {
+            "ok": inf.synced,
+            **({"lastError": inf.last_error} if inf.last_error else {}),
+        }
     if s.tls_cert_file:
         checks["certificate-loaded"] = {"ok": Path(s.tls_cert_file).is_file()}
     else:
@@ -179,8 +181,8 @@ def health_bp() -> Blueprint:
     @bp.get("/metrics")
     async def prometheus(request: Request) -> r.HTTPResponse:
         readiness(request.app)  # refresh the cache gauges
-        c = request.app.ctx.cache
-        for inf in (c.nodes, c.pods, c.placements, c.namespaces):
+        cache: ClusterCache = request.app.ctx.cache
+        for inf in cache.sync_status():
             metrics.CACHE_LISTS.labels(resource=inf.name).set(inf.relists)
         return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
@@ -230,7 +232,7 @@ def rest_bp() -> Blueprint:
         cache = _require_ready(request)
         p = cache.placement(namespace, name)
         if p is None:
-            raise NotFound(f"placement {namespace}/{name} not found")
+            raise Missing(f"placement {namespace}/{name} not found")
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=256)
 
         def on_change(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -240,7 +242,7 @@ def rest_bp() -> Blueprint:
                 with contextlib.suppress(asyncio.QueueFull):
                     queue.put_nowait({"kind": kind, "object": obj})
 
-        cache.placements.listeners.append(on_change)
+        unsubscribe = cache.subscribe("placements", on_change)
         resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             last = None
@@ -262,7 +264,7 @@ def rest_bp() -> Blueprint:
                     await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
                     last = key
         finally:
-            cache.placements.listeners.remove(on_change)
+            unsubscribe()
             await resp.eof()
 
     return bp

@@ -13,7 +13,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 
-from agent.errors import Forbidden, Unauthenticated
+from agent.errors import AccessDenied, Unauthenticated
 from agent.kube import AsyncKube
 from hami_place_core import placement as hp
 
@@ -96,4 +96,4 @@ class Authorizer:
             self._decisions[key] = (time.monotonic(), allowed)
         if not allowed:
             where = f"in namespace {namespace}" if namespace else "cluster-wide"
-            raise Forbidden(f"user {caller.username} may not {verb} {hp.PLURAL}.{hp.GROUP} {where}")
+            raise AccessDenied(f"user {caller.username} may not {verb} {hp.PLURAL}.{hp.GROUP} {where}")

@@ -1,33 +1,30 @@
-"""The watch cache: Nodes, Pods (trimmed) and HamiPodPlacements, kept current by list-then-watch.
+"""The watch cache: Nodes, Pods (trimmed), HamiPodPlacements and Namespaces, read through queries.
 
-As kopf does it (``kopf/_cogs/clients/watching.py``): list, then watch from the list's
-resourceVersion; a 410 Gone ends the watch and a fresh list follows; other failures back off and
-resume from the last seen resourceVersion. The cache reports ready only after every first list.
-Placements are indexed by namespace, and those open for claims also by selector (``claims``), so
-the mutating webhook's lookup costs O(the pod's labels), not O(placements in the namespace).
+Each resource is an informer (``informer.py``: list-then-watch, ready after its first list). Code
+outside reads only through the queries below, each backed by an index kept on every event and
+relist: pods by key, namespace, node, workload, UID and claim (``pod_index.py``); placements by
+namespace and name, by selector for the mutating webhook (``claims.py``: O(the pod's labels), not
+O(placements in the namespace)) and the open moves (``placement_index.py``); nodes by name, also as
+HAMi sees them (the ``ClusterState``, kept current event by event); namespace labels. Changes are
+announced through ``subscribe``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from agent.claims import ClaimIndex
+from agent.informer import Informer, Listener, SyncStatus, Unsubscribe, object_key
 from agent.kube import AsyncKube
+from agent.placement_index import PlacementIndex
+from agent.pod_index import PodIndex
 from hami_place_core import annotations as ann
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
 from hami_place_core.placement import Placement
-from hami_place_core.state import ClusterState, delete_node, delete_pod, upsert_node, upsert_pod
+from hami_place_core.state import ClusterState, NodeState, delete_node, delete_pod, upsert_node, upsert_pod
 
-log = logging.getLogger("hami_place.agent.cache")
-
-BACKOFF = (0.2, 0.5, 1, 2, 5, 10)  # seconds between failed attempts, then stays at the last
-
-Listener = Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+Resource = Literal["nodes", "pods", "placements", "namespaces"]
 
 _POD_ANNOTATIONS = (*ann.MODEL_POD_ANNOTATIONS, hp.POD_PLACEMENT, hp.POD_REQ_ID, hp.POD_CLAIM, hp.POD_NODE)
 
@@ -86,152 +83,49 @@ def _trim_namespace(ns: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
-
-
-class Informer:
-    """One resource kept in memory by list-then-watch."""
-
-    def __init__(
-        self,
-        kube: AsyncKube,
-        path: str,
-        name: str,
-        transform: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
-    ) -> None:
-        self.kube = kube
-        self.path = path
-        self.name = name
-        self.transform = transform or (lambda o: dict(o))
-        self.store: dict[str, dict[str, Any]] = {}
-        self.synced = asyncio.Event()
-        self.resource_version = ""
-        self.listeners: list[Listener] = []
-        self.relists = 0
-        self.last_error: str | None = None
-
-    def _emit(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        for fn in self.listeners:
-            try:
-                fn(kind, obj, old)
-            except Exception:
-                log.exception("%s listener failed on %s %s", self.name, kind, _key(obj))
-
-    async def relist(self) -> None:
-        items, rv = await self.kube.list_all(self.path)
-        fresh = {_key(o): self.transform(o) for o in items}
-        old = self.store
-        self.store = fresh
-        self.resource_version = rv
-        self.relists += 1
-        for k, obj in fresh.items():
-            prev = old.get(k)
-            if prev is None or (prev.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
-                "resourceVersion"
-            ):
-                self._emit("ADDED" if prev is None else "MODIFIED", obj, prev)
-        for k in old.keys() - fresh.keys():
-            self._emit("DELETED", old[k], old[k])
-        # The listed objects are long-lived and cycle-free: keep full collections from rescanning
-        # them (measured: 50-70 ms event-loop pauses with a large cache, 23-26 ms frozen).
-        gc.freeze()
-
-    def apply(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("type")
-        raw = event.get("object") or {}
-        rv = (raw.get("metadata") or {}).get("resourceVersion")
-        if rv:
-            self.resource_version = str(rv)
-        if kind == "BOOKMARK":
-            return
-        obj = self.transform(raw)
-        k = _key(obj)
-        if kind in ("ADDED", "MODIFIED"):
-            prev = self.store.get(k)
-            self.store[k] = obj
-            self._emit(kind, obj, prev)
-        elif kind == "DELETED":
-            prev = self.store.pop(k, None)
-            self._emit(kind, obj, prev)
-
-    async def run(self) -> None:
-        attempt = 0
-        need_list = True
-        while True:
-            try:
-                if need_list:
-                    await self.relist()
-                    self.synced.set()
-                    need_list = False
-                async for event in self.kube.watch(self.path, self.resource_version):
-                    self.apply(event)
-                attempt = 0  # the server closed the watch normally: resume from the last rv
-            except kube_errors.Gone:
-                log.info("%s watch expired (410): listing again", self.name)
-                need_list = True
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - an informer must outlive any failure; it retries
-                self.last_error = f"{type(e).__name__}: {e}"
-                delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
-                attempt += 1
-                log.warning("%s watch failed (%s); retrying in %.1fs", self.name, self.last_error, delay)
-                await asyncio.sleep(delay)
-
-
 class ClusterCache:
     def __init__(self, kube: AsyncKube) -> None:
         self.kube = kube
-        self.nodes = Informer(kube, "/api/v1/nodes", "nodes")
-        self.pods = Informer(kube, "/api/v1/pods", "pods", transform=trim_pod)
-        self.placements = Informer(kube, f"/apis/{hp.GROUP}/{hp.VERSION}/{hp.PLURAL}", "placements")
-        self.namespaces = Informer(kube, "/api/v1/namespaces", "namespaces", transform=_trim_namespace)
-        self.by_namespace: dict[str, dict[str, Placement]] = {}
-        self.claims = ClaimIndex()  # the open placements, by selector: the mutating webhook's lookup
-        self.pods_by_claim: dict[str, str] = {}  # claim token (pod annotation) -> pod key
-        self.placements.listeners.append(self._index_placement)
+        self._pod_index = PodIndex()
+        self._placement_index = PlacementIndex()
         # The HAMi view, kept current event by event (no rebuild on the hot path).
-        self.state = ClusterState(nodes={}, pods={})
-        self.nodes.listeners.append(self._on_node)
-        self.pods.listeners.append(self._on_pod)
+        self._state = ClusterState(nodes={}, pods={})
+        self._nodes = Informer(kube, "/api/v1/nodes", "nodes", index=self._on_node)
+        self._pods = Informer(kube, "/api/v1/pods", "pods", transform=trim_pod, index=self._on_pod)
+        self._placements = Informer(
+            kube,
+            f"/apis/{hp.GROUP}/{hp.VERSION}/{hp.PLURAL}",
+            "placements",
+            index=self._placement_index.update,
+        )
+        self._namespaces = Informer(kube, "/api/v1/namespaces", "namespaces", transform=_trim_namespace)
+        self._informers: dict[Resource, Informer] = {
+            "nodes": self._nodes,
+            "pods": self._pods,
+            "placements": self._placements,
+            "namespaces": self._namespaces,
+        }
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _index_placement(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        p = Placement.from_object(obj)
-        bucket = self.by_namespace.setdefault(p.namespace, {})
-        if kind == "DELETED":
-            bucket.pop(p.name, None)
-            self.claims.remove(p.namespace, p.name)
-        else:
-            bucket[p.name] = p
-            self.claims.update(p)
-
+    # ---- index maintenance (called by the informers before any subscriber) ----------------------
     def _on_node(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
-            delete_node(self.state, (obj.get("metadata") or {}).get("name", ""))
+            delete_node(self._state, (obj.get("metadata") or {}).get("name", ""))
         else:
-            upsert_node(self.state, obj)
+            upsert_node(self._state, obj)
 
     def _on_pod(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        key = _key(obj)
-        claim = ((obj.get("metadata") or {}).get("annotations") or {}).get(hp.POD_CLAIM)
+        key = object_key(obj)
         if kind == "DELETED":
-            delete_pod(self.state, key)
-            if claim and self.pods_by_claim.get(claim) == key:
-                del self.pods_by_claim[claim]
+            delete_pod(self._state, key)
+            self._pod_index.update(key, None, old)
         else:
-            upsert_pod(self.state, obj)
-            if claim:
-                self.pods_by_claim[claim] = key
+            upsert_pod(self._state, obj)
+            self._pod_index.update(key, obj, old)
 
-    def namespace_labels(self, name: str) -> dict[str, str]:
-        return dict(((self.namespaces.store.get(name) or {}).get("metadata") or {}).get("labels") or {})
-
+    # ---- lifecycle and health -------------------------------------------------------------------
     def start(self) -> None:
-        for inf in (self.nodes, self.pods, self.placements, self.namespaces):
+        for inf in self._informers.values():
             self._tasks.append(asyncio.create_task(inf.run(), name=f"informer-{inf.name}"))
 
     async def stop(self) -> None:
@@ -241,24 +135,90 @@ class ClusterCache:
 
     @property
     def ready(self) -> bool:
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.placements, self.namespaces))
+        return all(i.synced for i in self._informers.values())
 
     async def wait_ready(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(i.synced.wait() for i in (self.nodes, self.pods, self.placements, self.namespaces))),
-                timeout,
-            )
+            await asyncio.wait_for(asyncio.gather(*(i.wait_synced() for i in self._informers.values())), timeout)
         except TimeoutError:
             return False
         return True
 
-    def claim_candidates(self, namespace: str, labels: Mapping[str, Any]) -> list[Placement]:
-        """Placements of `namespace` open for claims whose selector selects `labels`."""
-        return self.claims.candidates(namespace, labels)
+    def sync_status(self) -> list[SyncStatus]:
+        """Per resource: synced, lists so far, the last watch error (for /readyz and /metrics)."""
+        return [i.status() for i in self._informers.values()]
+
+    # ---- changes --------------------------------------------------------------------------------
+    def subscribe(self, resource: Resource, fn: Listener) -> Unsubscribe:
+        """Call fn(kind, object, replaced object or None) on every change of `resource`, after the
+        cache's own indexes took it in; the returned callable unsubscribes."""
+        return self._informers[resource].subscribe(fn)
+
+    def apply(self, resource: Resource, event: Mapping[str, Any]) -> None:
+        """One watch event, as if the watch delivered it: the agent's own writes show at once."""
+        self._informers[resource].apply(event)
+
+    # ---- pods -----------------------------------------------------------------------------------
+    def pod(self, namespace: str, name: str | None) -> dict[str, Any] | None:
+        return self._pods.get(f"{namespace}/{name}") if name else None
+
+    def _pods_of(self, keys: Mapping[str, None] | None) -> list[dict[str, Any]]:
+        if not keys:
+            return []
+        get = self._pods.get
+        return [pod for k in keys if (pod := get(k)) is not None]
+
+    def pods_in(self, namespace: str) -> list[dict[str, Any]]:
+        return self._pods_of(self._pod_index.by_namespace.get(namespace))
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The pods whose spec.nodeName is `node`."""
+        return self._pods_of(self._pod_index.by_node.get(node))
+
+    def pods_of_workload(self, workload: str | None) -> list[dict[str, Any]]:
+        """The pods of one controller, by ``workload_key`` (namespace/Kind/name)."""
+        return self._pods_of(self._pod_index.by_workload.get(workload)) if workload else []
+
+    def pod_by_uid(self, uid: str | None) -> dict[str, Any] | None:
+        key = self._pod_index.by_uid.get(uid) if uid else None
+        return self._pods.get(key) if key else None
+
+    def pod_by_claim(self, claim: str | None) -> dict[str, Any] | None:
+        """The pod carrying claim token `claim` in its annotations (the one seen last, if several)."""
+        key = self._pod_index.by_claim.get(claim) if claim else None
+        return self._pods.get(key) if key else None
+
+    # ---- placements -----------------------------------------------------------------------------
+    def placement(self, namespace: str, name: str) -> Placement | None:
+        return self._placement_index.get(namespace, name)
 
     def placements_in(self, namespace: str) -> list[Placement]:
-        return list(self.by_namespace.get(namespace, {}).values())
+        return list(self._placement_index.by_namespace.get(namespace, {}).values())
 
-    def placement(self, namespace: str, name: str) -> Placement | None:
-        return self.by_namespace.get(namespace, {}).get(name)
+    def all_placements(self) -> list[Placement]:
+        return list(self._placement_index.all())
+
+    def claim_candidates(self, namespace: str, labels: Mapping[str, Any]) -> list[Placement]:
+        """Placements of `namespace` open for claims whose selector selects `labels`."""
+        return self._placement_index.claims.candidates(namespace, labels)
+
+    def open_moves(self) -> list[Placement]:
+        """Placements with evictPod whose phase is not terminal."""
+        return list(self._placement_index.open_moves.values())
+
+    # ---- nodes and namespaces -------------------------------------------------------------------
+    def node(self, name: str) -> dict[str, Any] | None:
+        """The Node object as the API server last showed it."""
+        return self._nodes.get(name)
+
+    def node_state(self, name: str) -> NodeState | None:
+        """The node as HAMi's scheduler sees it: GPUs, their usage, readiness, cordons."""
+        return self._state.nodes.get(name)
+
+    @property
+    def state(self) -> ClusterState:
+        """The HAMi view of the whole cluster (read only: the cache keeps it current)."""
+        return self._state
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        return dict(((self._namespaces.get(name) or {}).get("metadata") or {}).get("labels") or {})

@@ -51,7 +51,7 @@ def claimable(p: Placement, owner: str | None) -> bool:
     if not open_for_claims(p):
         return False
     if p.phase == hp.EVICTING:
-        return owner is not None and owner == p.status.get("workload")
+        return owner is not None and owner == p.status.workload
     return True
 
 

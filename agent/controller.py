@@ -28,18 +28,20 @@ from agent.events import EventRecorder
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
 from agent.mover import Mover
-from agent.status import condition, is_past, merge_conditions, now_rfc3339, write_status
+from agent.status import is_past, now_rfc3339
+from agent.transitions import Transitions
 from hami_place_core import annotations as ann
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
+from hami_place_core.lifecycle import Observation, Seen
 from hami_place_core.placement import Placement
+from hami_place_core.placement_status import PlacementStatus
 
 log = logging.getLogger("hami_place.agent.controller")
 
 MIN_PASS_GAP = 0.1
 FULL_PASS_SECONDS = 10.0
 YIELD_EVERY = 100
-_CLAIM_FIELDS = ("claim", "claimedBy", "claimedAt", "claimLeaseExpiresAt", "targetUUIDs", "boundPod", "boundPodUID")
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -61,7 +63,8 @@ class PlacementController:
         self.kube = kube
         self.events = events
         self.leader = leader
-        self.mover = Mover(settings, cache, kube, events)
+        self.transitions = Transitions(kube, cache, events)
+        self.mover = Mover(settings, cache, kube, events, self.transitions)
         self._now = now_rfc3339()
         self.wake = asyncio.Event()
         self._dirty: set[str] = set()  # placements changed since the last pass
@@ -69,21 +72,22 @@ class PlacementController:
         self._leases: list[tuple[str, str]] = []  # heap of (claimLeaseExpiresAt, placement key)
         self._full = True  # the next pass looks at every placement
         self._last_full = 0.0
-        cache.pods.listeners.append(self._on_pod)
-        cache.placements.listeners.append(self._on_placement)
-        cache.namespaces.listeners.append(self._on_namespace)
+        cache.subscribe("pods", self._on_pod)
+        cache.subscribe("placements", self._on_placement)
+        cache.subscribe("namespaces", self._on_namespace)
 
     # ---- what changed (called by the cache for every event; cheap) --------------------------------
     def _on_placement(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = _key(obj)
         self._dirty.add(key)
-        status = obj.get("status") or {}
-        phase = status.get("phase") or hp.PENDING
-        if kind != "DELETED" and (obj.get("spec") or {}).get("evictPod") and phase not in hp.TERMINAL:
+        status = PlacementStatus.parse(obj.get("status"))
+        phase = status.current_phase
+        spec = obj.get("spec")
+        if kind != "DELETED" and isinstance(spec, dict) and spec.get("evictPod") and phase not in hp.TERMINAL:
             self._moves.add(key)
         else:
             self._moves.discard(key)
-        lease = status.get("claimLeaseExpiresAt")
+        lease = status.claim_lease_expires_at
         # Only the agent's own fixed-width stamps: they order as strings (status.is_past).
         if kind != "DELETED" and phase == hp.CLAIMED and isinstance(lease, str) and len(lease) == 20:
             heapq.heappush(self._leases, (lease, key))
@@ -126,7 +130,7 @@ class PlacementController:
         if self._full or time.monotonic() - self._last_full >= FULL_PASS_SECONDS:
             self._full, self._last_full = False, time.monotonic()
             self._dirty.clear()
-            return {p.key for bucket in self.cache.by_namespace.values() for p in bucket.values()}
+            return {p.key for p in self.cache.all_placements()}
         keys, self._dirty = self._dirty, set()
         keys |= self._moves
         while self._leases and self._leases[0][0] <= self._now:
@@ -182,108 +186,43 @@ class PlacementController:
         return all(labels.get(k) == v for k, v in wanted.items())
 
     def _claimed_pod(self, p: Placement) -> dict[str, Any] | None:
-        key = self.cache.pods_by_claim.get(p.claim or "")
-        return self.cache.pods.store.get(key) if key else None
+        return self.cache.pod_by_claim(p.claim)
 
     async def reconcile(self, p: Placement) -> None:
         if p.phase == hp.CLAIMED:
             pod = self._claimed_pod(p)
             if pod is not None:
-                await self._bind(p, pod)
+                meta = pod["metadata"]
+                seen = Observation(
+                    Seen.POD_APPEARED, pod=meta["name"], pod_uid=meta.get("uid") or "", claim=p.claim or ""
+                )
+                await self.transitions.apply(p, seen)
                 return
-            if is_past(p.status.get("claimLeaseExpiresAt"), self._now):
-                await self._release(p)
+            if is_past(p.status.claim_lease_expires_at, self._now):
+                await self.transitions.apply(p, Observation(Seen.LEASE_EXPIRED))
         elif p.phase == hp.BOUND:
-            await self._confirm(p)
+            verdict = self._observe_bound(p)
+            if verdict is not None:
+                await self.transitions.apply(p, verdict)
 
-    async def _bind(self, p: Placement, pod: dict[str, Any]) -> None:
-        meta = pod["metadata"]
-        status = {
-            **p.status,
-            "phase": hp.BOUND,
-            "reason": "PodBound",
-            "message": f"pod {meta['name']} carries the pin to {p.node}; waiting for HAMi to allocate the GPUs",
-            "boundPod": meta["name"],
-            "boundPodUID": meta.get("uid", ""),
-            "conditions": merge_conditions(
-                p.status.get("conditions") or [],
-                [
-                    condition("Claimed", True, "PodBound", f"pod {meta['name']} was pinned at admission", p.generation),
-                ],
-            ),
-        }
-        status.pop("claimLeaseExpiresAt", None)
-        updated = await write_status(self.kube, self.cache, p, status)
-        self.events.fire(self.events.on_placement(updated, "Bound", f"pod {meta['name']} pinned to {p.node}"))
-        self.events.fire(
-            self.events.on_pod(
-                p.namespace,
-                meta["name"],
-                meta.get("uid", ""),
-                "Pinned",
-                f"pinned by HamiPodPlacement {p.name} (reqID {p.req_id}) to {p.node} GPUs {', '.join(p.gpu_devices)}",
-            )
-        )
-
-    async def _release(self, p: Placement) -> None:
-        status = {k: v for k, v in p.status.items() if k not in _CLAIM_FIELDS}
-        # A move whose pod was already evicted goes back to waiting for a replacement, never to
-        # Pending: that would evict a second pod for the same reqID.
-        back_to = hp.WAITING if p.evict_pod and p.status.get("evictedAt") else hp.PENDING
-        status.update(
-            {
-                "phase": back_to,
-                "reason": "ClaimLeaseExpired",
-                "message": (
-                    f"the pod claimed at {p.status.get('claimedAt')} never appeared "
-                    "(its admission was rejected or lost); waiting for the next matching pod"
-                ),
-            }
-        )
-        updated = await write_status(self.kube, self.cache, p, status)
-        metrics.LEASE_EXPIRIES.inc()
-        self.events.fire(self.events.on_placement(updated, "ClaimLeaseExpired", status["message"], "Warning"))
-
-    async def _confirm(self, p: Placement) -> None:
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
-        if pod is None or (pod["metadata"].get("uid") and pod["metadata"]["uid"] != p.status.get("boundPodUID")):
-            await self._finish(
-                p, hp.FAILED, "PodGone", f"pod {p.status.get('boundPod')} disappeared before HAMi allocated its GPUs"
-            )
-            return
+    def _observe_bound(self, p: Placement) -> Observation | None:
+        """What became of the bound pod: gone, elsewhere, allocated (on or off target), or waiting."""
+        pod = self.cache.pod(p.namespace, p.status.bound_pod)
+        if pod is None or (pod["metadata"].get("uid") and pod["metadata"]["uid"] != p.status.bound_pod_uid):
+            return Observation(Seen.POD_LOST)
         node = (pod.get("spec") or {}).get("nodeName")
         if node and node != p.node:
-            await self._finish(
-                p, hp.FAILED, "WrongNode", f"pod {p.status.get('boundPod')} was bound to {node}, not {p.node}"
-            )
-            return
+            return Observation(Seen.POD_ON_OTHER_NODE, node=node)
         allocated = ann.decode_pod_devices((pod["metadata"].get("annotations") or {}).get(ann.POD_DEVICES_ALLOCATED))
-        uuids = sorted({d.uuid for c in allocated.containers for d in c})
+        uuids = tuple(sorted({d.uuid for c in allocated.containers for d in c}))
         if not uuids:
-            await self._report_scheduling(p, pod)
-            return  # not allocated yet
+            return self._scheduling_verdict(pod)  # not allocated yet
         if (pod.get("status") or {}).get("phase") != "Running":
-            return  # allocated; wait until it runs
-        target = sorted(p.status.get("targetUUIDs") or [])
-        if uuids == target:
-            await self._finish(
-                p,
-                hp.COMPLETED,
-                "Allocated",
-                f"HAMi allocated the target GPUs {', '.join(target)} on {p.node}",
-                allocated=uuids,
-            )
-        else:
-            # HAMi issues #958/#968: the scheduler can allocate other GPUs than use-gpuuuid asked for.
-            await self._finish(
-                p,
-                hp.FAILED,
-                "AllocationMismatch",
-                f"HAMi allocated {', '.join(uuids)} but the target was {', '.join(target)}",
-                allocated=uuids,
-            )
+            return None  # allocated; wait until it runs
+        on_target = uuids == tuple(sorted(p.status.target_uuids or ()))
+        return Observation(Seen.ALLOCATED_ON_TARGET if on_target else Seen.ALLOCATED_OFF_TARGET, uuids=uuids)
 
-    async def _report_scheduling(self, p: Placement, pod: dict[str, Any]) -> None:
+    def _scheduling_verdict(self, pod: dict[str, Any]) -> Observation | None:
         """While the pinned pod waits, show the scheduler's verdict (e.g. HAMi's FilteringFailed)."""
         cond = next(
             (
@@ -294,34 +233,7 @@ class PlacementController:
             None,
         )
         if cond is None:
-            return
-        reason = str(cond.get("reason") or "Unschedulable")
-        message = f"pod {p.status.get('boundPod')} is not scheduled yet: {cond.get('message') or reason}"
-        if p.status.get("reason") == reason and p.status.get("message") == message:
-            return
-        await write_status(self.kube, self.cache, p, {**p.status, "reason": reason, "message": message[:4096]})
-
-    async def _finish(
-        self, p: Placement, phase: str, reason: str, message: str, allocated: list[str] | None = None
-    ) -> None:
-        status = {**p.status, "phase": phase, "reason": reason, "message": message}
-        if allocated is not None:
-            status["allocatedDevices"] = allocated
-        if phase == hp.COMPLETED:
-            status["consumedAt"] = now_rfc3339()
-            if p.evict_pod:
-                metrics.MOVES.labels(step="completed").inc()
-        status["conditions"] = merge_conditions(
-            p.status.get("conditions") or [],
-            [
-                condition("Ready", phase == hp.COMPLETED, reason, message, p.generation),
-            ],
+            return None
+        return Observation(
+            Seen.POD_UNSCHEDULED, reason=str(cond.get("reason") or ""), detail=str(cond.get("message") or "")
         )
-        updated = await write_status(self.kube, self.cache, p, status)
-        kind = "Normal" if phase == hp.COMPLETED else "Warning"
-        self.events.fire(self.events.on_placement(updated, reason, message, kind))
-        pod = self.cache.pods.store.get(f"{p.namespace}/{p.status.get('boundPod')}")
-        if pod is not None:
-            meta = pod["metadata"]
-            note = f"HamiPodPlacement {p.name}: {message}"
-            self.events.fire(self.events.on_pod(p.namespace, meta["name"], meta.get("uid", ""), reason, note, kind))

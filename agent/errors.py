@@ -1,4 +1,11 @@
-"""Agent errors: each carries its HTTP code, and every error leaves the agent as JSON."""
+"""The agent's own HTTP errors (its webhooks and REST API): each carries its HTTP code, and every
+error leaves the agent as JSON.
+
+Errors from the Kubernetes API are another thing: the typed ones of
+:mod:`hami_place_core.kube.errors`. The names differ on purpose (``AccessDenied``, ``Missing`` here;
+``Forbidden``, ``NotFound`` there), so an ``except`` never catches the wrong one; the JSON ``error``
+field keeps the HTTP names clients already read.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Any
 class AgentError(Exception):
     http_code = 500
     description = "internal error"
+    name = ""  # the JSON `error` field; the class name when empty
 
     def __init__(self, message: str = "", **extra: Any) -> None:
         super().__init__(message or self.description)
@@ -15,7 +23,8 @@ class AgentError(Exception):
         self.extra = extra
 
     def body(self) -> dict[str, Any]:
-        return {"error": type(self).__name__, "code": self.http_code, "message": self.message, **self.extra}
+        name = self.name or type(self).__name__
+        return {"error": name, "code": self.http_code, "message": self.message, **self.extra}
 
 
 class InvalidRequest(AgentError):
@@ -32,16 +41,20 @@ class Unauthenticated(AgentError):
     description = "authentication required"
 
 
-class Forbidden(AgentError):
+class AccessDenied(AgentError):
     """The caller's Kubernetes identity may not do this (SubjectAccessReview)."""
 
     http_code = 403
     description = "forbidden"
+    name = "Forbidden"
 
 
-class NotFound(AgentError):
+class Missing(AgentError):
+    """No such placement in the cache, or a path this listener does not serve."""
+
     http_code = 404
     description = "not found"
+    name = "NotFound"
 
 
 class NotReady(AgentError):

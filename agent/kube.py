@@ -1,56 +1,37 @@
-"""The agent's asynchronous Kubernetes client: raw JSON over one aiohttp session.
+"""The agent's asynchronous Kubernetes client: a thin adapter, raw JSON over one aiohttp session.
 
-Credentials come from the in-cluster service account, or from a kubeconfig when the agent runs
-as a local process (tests, development). Errors are the typed ones of
-:mod:`hami_place_core.kube_errors`, so handlers catch ``Conflict`` or ``NotFound``, never numbers.
+Credentials, errors and the watch decoder are the shared layer's (:mod:`hami_place_core.kube`):
+the in-cluster service account, or a kubeconfig when the agent runs as a local process (tests,
+development). Errors are the typed ones of :mod:`hami_place_core.kube.errors`, so handlers catch
+``Conflict`` or ``NotFound``, never numbers. In a pod the token is a file read once a minute; an
+exec plugin (a kubeconfig for a local run) runs synchronously, once per credential lifetime.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from hami_place_core import kube_errors
+from hami_place_core.kube import config, watch, wire
+from hami_place_core.kube import errors as kube_errors
+from hami_place_core.kube.auth import TokenFileAuth
+from hami_place_core.kube.config import Credentials
 
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclass
-class Credentials:
-    host: str
-    ssl_context: ssl.SSLContext
-    token: str | None = None
-    token_file: str | None = None
+__all__ = ["AsyncKube", "Credentials", "load_credentials"]
 
 
 def load_credentials(kubeconfig: str | None, token_file: str | None = None) -> Credentials:
-    """From a kubeconfig if one is given (or $KUBECONFIG), else the in-cluster service account."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-        token_file = token_file or str(SA_DIR / "token")
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.ssl_ca_cert else ssl.create_default_context()
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cfg.cert_file and cfg.key_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    bearer = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    token = bearer.split(" ", 1)[1] if bearer and bearer.startswith("Bearer ") else bearer
+    """From a kubeconfig if one is given, else the in-cluster service account. ``token_file``
+    replaces the token either way (read fresh: projected tokens rotate)."""
+    if not kubeconfig:
+        return config.in_cluster(token_file=token_file)
+    creds = config.load(kubeconfig)
     if token_file:
-        token = None  # read fresh from the file: projected tokens rotate
-    return Credentials(host=cfg.host.rstrip("/"), ssl_context=ctx, token=token, token_file=token_file)
+        creds.auth = TokenFileAuth(token_file)
+    return creds
 
 
 class AsyncKube:
@@ -58,31 +39,48 @@ class AsyncKube:
         self.creds = creds
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
-        self._token_cache: tuple[float, str] | None = None
+        self._retired: list[aiohttp.ClientSession] = []
+        self._generation = -1
 
     def _session_get(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.creds.ssl_context, limit=64)
+        # A new session when an exec plugin hands out a new client certificate (generation moves).
+        if self._session is None or self._session.closed or self._generation != self.creds.auth.generation:
+            if self._session is not None and not self._session.closed:
+                self._retired.append(self._session)  # its watches in flight finish; closed with us
+            ssl_ctx: Any = self.creds.ssl_context()  # may run an exec plugin, which may move generation
+            self._generation = self.creds.auth.generation
+            connector = aiohttp.TCPConnector(ssl=ssl_ctx if ssl_ctx is not None else False, limit=64)
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
         return self._session
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        token = self.creds.token
-        if self.creds.token_file:
-            now = time.monotonic()
-            if not self._token_cache or now - self._token_cache[0] > 60:
-                self._token_cache = (now, Path(self.creds.token_file).read_text().strip())
-            token = self._token_cache[1]
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        return headers
+    def _extra(self) -> dict[str, Any]:
+        """The per-request options the credentials ask for: SNI name and proxy."""
+        extra: dict[str, Any] = {}
+        if self.creds.tls_server_name:
+            extra["server_hostname"] = self.creds.tls_server_name
+        if self.creds.proxy_url:
+            extra["proxy"] = self.creds.proxy_url
+        return extra
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (*self._retired, self._session):
+            if session is not None:
+                await session.close()
+
+    async def _open(
+        self, method: str, path: str, params: dict[str, Any] | None, headers: dict[str, str], **kw: Any
+    ) -> aiohttp.ClientResponse:
+        """Send one request; after a 401 the credentials are refreshed and it is sent once more."""
+        url = wire.url(self.creds.server, path, params)
+        for attempt in (1, 2):
+            resp = await self._session_get().request(
+                method, url, headers=[*headers.items(), *self.creds.request_headers()], **self._extra(), **kw
+            )
+            if resp.status == 401 and attempt == 1 and self.creds.auth.refresh():
+                resp.release()
+                continue
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns
 
     async def request(
         self,
@@ -93,32 +91,28 @@ class AsyncKube:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> Any:
-        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
-        data = json.dumps(body) if body is not None else None
         try:
-            async with self._session_get().request(
+            resp = await self._open(
                 method,
-                self.creds.host + path,
-                params=params,
-                data=data,
-                headers=self._headers(content_type if body is not None else None),
+                path,
+                query,
+                wire.headers(body is not None, content_type),
+                data=wire.encode(body),
                 timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
-            ) as resp:
-                raw = await resp.read()
-                if not 200 <= resp.status < 300:
-                    raise kube_errors.from_status(resp.status, raw)
-                return json.loads(raw) if raw else None
+            )
+            async with resp:
+                return wire.answer(resp.status, await resp.read())
         except kube_errors.KubeError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise kube_errors.wrap(e, self.creds.host) from e
+            raise kube_errors.wrap(e, self.creds.server) from e
 
     async def list_all(self, path: str, **query: Any) -> tuple[list[dict[str, Any]], str]:
         """All items (paginated) and the list's resourceVersion, to watch from."""
         items: list[dict[str, Any]] = []
         token = None
         while True:
-            page = await self.request("GET", path, {**query, "limit": 500, "continue": token})
+            page = await self.request("GET", path, {**query, "limit": wire.PAGE_SIZE, "continue": token})
             items.extend(page.get("items") or ())
             meta = page.get("metadata") or {}
             token = meta.get("continue")
@@ -137,27 +131,27 @@ class AsyncKube:
             "timeoutSeconds": str(timeout_seconds),
         }
         try:
-            async with self._session_get().get(
-                self.creds.host + path,
-                params=params,
-                headers=self._headers(),
+            resp = await self._open(
+                "GET",
+                path,
+                params,
+                {"Accept": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=timeout_seconds + 30),
-            ) as resp:
+            )
+            async with resp:
                 if resp.status != 200:
                     raise kube_errors.from_status(resp.status, await resp.read())
-                buf = b""
+                lines = watch.Lines()
                 async for chunk in resp.content.iter_any():
-                    buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
-                        if not line.strip():
-                            continue
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            obj = event.get("object") or {}
-                            raise kube_errors.from_status(int(obj.get("code") or 500), json.dumps(obj))
+                    for line in lines.feed(chunk):
+                        event = watch.decode_event(line)
+                        if event is not None:
+                            yield event
+                for line in lines.rest():
+                    event = watch.decode_event(line)
+                    if event is not None:
                         yield event
         except kube_errors.KubeError:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
-            raise kube_errors.wrap(e, self.creds.host) from e
+            raise kube_errors.wrap(e, self.creds.server) from e

@@ -13,7 +13,7 @@ import logging
 
 from agent.config import Settings
 from agent.kube import AsyncKube
-from hami_place_core import kube_errors
+from hami_place_core.kube import errors as kube_errors
 
 log = logging.getLogger("hami_place.agent.leader")
 

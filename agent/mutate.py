@@ -18,17 +18,24 @@ from agent.claims import claimable
 from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
-from agent.status import now_rfc3339, reread, write_status
-from hami_place_core import kube_errors
+from agent.transitions import Transitions
 from hami_place_core import placement as hp
-from hami_place_core.placement import Placement, link_annotations, pin_patch, workload_key
+from hami_place_core.lifecycle import Observation, Seen
+from hami_place_core.placement import (
+    Placement,
+    link_annotations,
+    pin_patch,
+    pod_resource_problems,
+    pod_shape_problems,
+    workload_key,
+)
+from hami_place_core.problems import Problem, messages
 from hami_place_core.requests import has_hami_resources
 from hami_place_core.targets import TargetError, resolve
 
 log = logging.getLogger("hami_place.agent.mutate")
 
 HAMI_SCHEDULER = "hami-scheduler"
-CLAIM_ATTEMPTS = 5
 
 
 def is_candidate(pod: dict[str, Any]) -> bool:
@@ -43,12 +50,18 @@ def _pod_label(pod: dict[str, Any]) -> str:
     return str(meta.get("name") or (str(meta.get("generateName") or "") + "<generated>"))
 
 
+def _unexamined(problems: list[Problem]) -> Verdict:
+    """Never block a pod: one the API server could not have sent is admitted unchanged."""
+    return Verdict(warnings=[f"hami-place: pod not examined ({'; '.join(messages(problems))}); admitted unchanged"])
+
+
 class PodMutator:
     def __init__(self, settings: Settings, cache: ClusterCache, kube: AsyncKube, events: EventRecorder) -> None:
         self.settings = settings
         self.cache = cache
         self.kube = kube
         self.events = events
+        self.transitions = Transitions(kube, cache, events)
 
     async def review(self, review: Review) -> Verdict:
         try:
@@ -62,15 +75,24 @@ class PodMutator:
         pod = review.obj
         if review.operation != "CREATE" or review.namespace in self.settings.excluded_namespaces:
             return Verdict()
+        # Shapes only a crafted review carries are found before anything reads them: cheaply on
+        # every review, in full once a placement could claim the pod.
+        malformed = pod_resource_problems(pod)
+        if malformed:
+            return _unexamined(malformed)
         if not is_candidate(pod):
             return Verdict()
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
-        if hp.POD_CLAIM in annotations:
-            return self._reapply(review, annotations)
-        candidates = self.cache.claim_candidates(review.namespace, meta.get("labels") or {})
-        if not candidates:
+        reapply = type(annotations) is dict and hp.POD_CLAIM in annotations
+        candidates = [] if reapply else self.cache.claim_candidates(review.namespace, meta.get("labels") or {})
+        if not reapply and not candidates:
             return Verdict()
+        malformed = pod_shape_problems(pod)
+        if malformed:
+            return _unexamined(malformed)
+        if reapply:
+            return self._reapply(review, annotations)
         owner = workload_key(pod, review.namespace)
         candidates = [p for p in candidates if claimable(p, owner)]
         if not candidates:
@@ -106,14 +128,6 @@ class PodMutator:
                 )
                 continue
             assert claimed.targets is not None and claimed.claim
-            metrics.CLAIMS.inc()
-            self.events.fire(
-                self.events.on_placement(
-                    claimed,
-                    "Claimed",
-                    f"claimed by new pod {_pod_label(pod)}: pinned to {p.node} GPUs {','.join(uuids)}",
-                )
-            )
             return Verdict(
                 patch=pin_patch(pod, p.node, uuids, claimed.targets, link_annotations(claimed, claimed.claim)),
                 warnings=warnings,
@@ -131,40 +145,22 @@ class PodMutator:
         p = self.cache.placement(review.namespace, annotations.get(hp.POD_PLACEMENT, ""))
         if p is None or p.claim != annotations.get(hp.POD_CLAIM) or p.targets is None:
             return Verdict()
-        uuids = list(p.status.get("targetUUIDs") or [])
+        uuids = list(p.status.target_uuids or ())
         if not uuids:
             return Verdict()
         return Verdict(patch=pin_patch(review.obj, p.node, uuids, p.targets, link_annotations(p, str(p.claim))))
 
     async def _claim(self, p: Placement, uuids: list[str], pod_label: str, owner: str | None) -> Placement | None:
         """Consume `p` exactly once, via a status write with a resourceVersion precondition."""
-        token = secrets.token_hex(8)
-        claim = {
-            "phase": hp.CLAIMED,
-            "reason": "Claimed",
-            "message": f"claimed at admission by pod {pod_label}; waiting for it to appear",
-            "claim": token,
-            "claimedBy": self.settings.agent_id,
-            "claimedAt": now_rfc3339(),
-            "claimLeaseExpiresAt": now_rfc3339(self.settings.claim_lease_seconds),
-            "targetUUIDs": uuids,
-        }
+        seen = Observation(
+            Seen.POD_CLAIMED,
+            pod=pod_label,
+            claim=secrets.token_hex(8),
+            agent=self.settings.agent_id,
+            lease_seconds=self.settings.claim_lease_seconds,
+            uuids=tuple(uuids),
+        )
         # A 409 means someone wrote first (another pod's claim, or the mover recording the eviction
         # this replacement was created for): re-read and retry while the placement stays claimable.
-        for _ in range(CLAIM_ATTEMPTS):
-            try:
-                # Always on top of the status we read: a move's eviction record must survive the claim.
-                return await write_status(self.kube, self.cache, p, {**p.status, **claim})
-            except kube_errors.Conflict:
-                metrics.CLAIM_CONFLICTS.inc()
-                fresh = await reread(self.kube, self.cache, p)
-                if fresh is None or not claimable(fresh, owner):
-                    log.info(
-                        "placement %s no longer claimable: phase %s, reason %s",
-                        p.key,
-                        fresh.phase if fresh else "deleted",
-                        fresh.status.get("reason") if fresh else "",
-                    )
-                    return None
-                p = fresh
-        return None
+        # The claim is always written on top of the status read: a move's eviction record survives.
+        return await self.transitions.apply(p, seen, still=lambda _, fresh: claimable(fresh, owner))

@@ -22,6 +22,7 @@ from hami_place_core import placement as hp
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
+from hami_place_core.problems import Code, Problem, has_code, messages
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.state import pod_allocation
@@ -37,6 +38,10 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 def _deny(message: str) -> Verdict:
     return Verdict(allowed=False, code=422, reason="Invalid", message=message)
+
+
+def _deny_problems(problems: list[Problem]) -> Verdict:
+    return _deny("; ".join(messages(problems)))
 
 
 def target_request(base: PodRequest | None, targets: TargetSpec) -> PodRequest:
@@ -93,45 +98,64 @@ class PlacementValidator:
                     f"placement {p.name} was already claimed (phase {old.phase}); its spec can no longer change. "
                     f"Delete it and create a new one with a new reqID"
                 )
+        if p.problems:
+            # A shape the CRD's schema forbids (only a crafted review carries one): nothing below
+            # may read it, so deny with what is wrong, gpuDevices included.
+            shown = [*p.problems, *([Problem(Code.BAD_GPU_DEVICES, p.target_error)] if p.target_error else [])]
+            return _deny_problems(shown)
         if not self.settings.validation_enabled:
             return Verdict(warnings=["hami-place: placement validation is disabled on this agent"])
         if not self.cache.ready:
             return Verdict(
                 allowed=False, code=503, message="hami-place agent is still syncing its cache; retry shortly"
             )
-        errors: list[str] = []
+        problems: list[Problem] = []
         warnings: list[str] = []
         if p.target_error:
-            errors.append(p.target_error)
+            problems.append(Problem(Code.BAD_GPU_DEVICES, p.target_error))
         for other in self.cache.placements_in(p.namespace):
             if other.name != p.name and other.req_id == p.req_id:
-                errors.append(
-                    f"reqID {p.req_id!r} is already used by placement {other.name} in namespace {p.namespace}"
+                problems.append(
+                    Problem(
+                        Code.REQ_ID_TAKEN,
+                        f"reqID {p.req_id!r} is already used by placement {other.name} in namespace {p.namespace}",
+                    )
                 )
-        errors += check_target(self.cache, p, warnings)
+        problems += check_target(self.cache, p, warnings)
         if p.evict_pod:
-            errors += check_evict_pod(self.cache, p)
-            if not any(e.startswith(f"evictPod {p.evict_pod} not found") for e in errors):
+            problems += check_evict_pod(self.cache, p)
+            if not has_code(problems, Code.EVICT_POD_NOT_FOUND):
                 allowed, why = await self._may_evict(review, p.namespace, p.evict_pod)
                 if not allowed:
-                    errors.append(
-                        f"user {review.username or '<unknown>'} may not create pods/eviction in namespace {p.namespace}"
-                        f"{': ' + why if why else ''}; hami-place evicts only what the requester could evict"
+                    problems.append(
+                        Problem(
+                            Code.EVICTION_NOT_ALLOWED,
+                            f"user {review.username or '<unknown>'} may not create pods/eviction in namespace "
+                            f"{p.namespace}{': ' + why if why else ''}; hami-place evicts only what the requester "
+                            "could evict",
+                        )
                     )
-        if errors:
-            return _deny("; ".join(errors))
+        if problems:
+            return _deny_problems(problems)
         return Verdict(warnings=warnings)
 
     async def _may_evict(self, review: Review, namespace: str, pod: str) -> tuple[bool, str]:
         user = review.user
+        groups, extra = user.get("groups"), user.get("extra")
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
-                "user": user.get("username"),
-                "groups": user.get("groups") or [],
-                "uid": user.get("uid"),
-                "extra": user.get("extra") or {},
+                # The API server sends userInfo in this shape; anything else (a crafted review) is
+                # dropped rather than passed on, so the answer is a denial, not a failed request.
+                "user": _str_or_none(user.get("username")),
+                "groups": [g for g in groups if isinstance(g, str)] if isinstance(groups, list) else [],
+                "uid": _str_or_none(user.get("uid")),
+                "extra": {
+                    k: [v for v in vs if isinstance(v, str)]
+                    for k, vs in (extra.items() if isinstance(extra, dict) else ())
+                    if isinstance(vs, list)
+                },
                 "resourceAttributes": {
                     "namespace": namespace,
                     "verb": "create",
@@ -147,10 +171,14 @@ class PlacementValidator:
         return bool(status.get("allowed")), str(status.get("reason") or "")
 
 
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 # ---- checks shared with the mover, which re-runs them at execution time ----------------------------
 def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
     out = []
-    for pod in cache.pods.store.values():
+    for pod in cache.pods_in(p.namespace):
         meta = pod.get("metadata") or {}
         if meta.get("namespace") != p.namespace or meta.get("deletionTimestamp"):
             continue
@@ -164,11 +192,11 @@ def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
     return out
 
 
-def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list[str]:
+def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list[Problem]:
     """The node, the GPUs and room for the request; [] when the target is valid."""
-    node = cache.state.nodes.get(p.node)
+    node = cache.node_state(p.node)
     if node is None:
-        return [f"node {p.node} not found"]
+        return [Problem(Code.NODE_NOT_FOUND, f"node {p.node} not found")]
     if p.targets is None:
         return []
     targets = p.targets
@@ -176,18 +204,23 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
     try:
         gpus = resolve(targets, node)
     except TargetError as e:
-        return [str(e)]
-    errors = []
+        return [Problem(Code.TARGET_UNRESOLVED, str(e))]
+    problems = []
     for g in gpus:
         if not g.health:
-            errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy")
+            problems.append(Problem(Code.GPU_UNHEALTHY, f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy"))
         elif g.uuid in node.cordoned:
-            errors.append(f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)")
-    if errors:
-        return errors
+            problems.append(
+                Problem(
+                    Code.GPU_CORDONED,
+                    f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)",
+                )
+            )
+    if problems:
+        return problems
     # The usage of the pod being moved does not count against its own target.
     usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
-    mover = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}") if p.evict_pod else None
+    mover = cache.pod(p.namespace, p.evict_pod)
     alloc = pod_allocation(mover) if mover else None
     if alloc and alloc.node == node.name:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
@@ -206,38 +239,63 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
     result = fit_pod(request, gpus, usage, node.cordoned, exact=True)
     if not result.ok:
         names = {g.uuid: f"gpu-{g.index}" for g in gpus}
-        return [f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"]
+        message = f"the target GPUs on node {node.name} have no room for the request: {result.message(names)}"
+        return [Problem(Code.NO_GPU_ROOM, message)]
     # kube-scheduler's NodeResourcesFit: without CPU, memory or a pod slot on the node the pinned
     # pod would stay Pending. A pod already on the target node gives its own room back.
     room = cache.state.free_resources(node.name)
     if sample is not None and room is not None and (sample.get("spec") or {}).get("nodeName") != node.name:
         short = room.shortfall(pod_requests(sample))
         if short is not None:
-            return [f"node {node.name} has no room for the pod: {short}"]
+            return [Problem(Code.NO_NODE_ROOM, f"node {node.name} has no room for the pod: {short}")]
     return []
 
 
-def check_evict_pod(cache: ClusterCache, p: Placement) -> list[str]:
+def check_evict_pod(cache: ClusterCache, p: Placement) -> list[Problem]:
     """evictPod exists, a controller recreates it, and its replacement will match the selector."""
-    pod = cache.pods.store.get(f"{p.namespace}/{p.evict_pod}")
+    pod = cache.pod(p.namespace, p.evict_pod)
     if pod is None:
-        return [f"evictPod {p.evict_pod} not found in namespace {p.namespace}"]
+        return [Problem(Code.EVICT_POD_NOT_FOUND, f"evictPod {p.evict_pod} not found in namespace {p.namespace}")]
     meta = pod.get("metadata") or {}
-    errors = []
+    problems = []
     if meta.get("annotations", {}).get(MIRROR_ANNOTATION):
-        return [f"evictPod {p.evict_pod} is a static (mirror) pod: only its node's kubelet can move it"]
+        return [
+            Problem(
+                Code.EVICT_POD_MIRROR,
+                f"evictPod {p.evict_pod} is a static (mirror) pod: only its node's kubelet can move it",
+            )
+        ]
     owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
     if owner is None:
-        errors.append(f"evictPod {p.evict_pod} has no controller owner: nothing would recreate it after eviction")
+        problems.append(
+            Problem(
+                Code.EVICT_POD_NO_CONTROLLER,
+                f"evictPod {p.evict_pod} has no controller owner: nothing would recreate it after eviction",
+            )
+        )
     elif owner.get("kind") == "DaemonSet":
-        errors.append(f"evictPod {p.evict_pod} belongs to DaemonSet {owner.get('name')}, which runs one pod per node")
+        problems.append(
+            Problem(
+                Code.EVICT_POD_DAEMONSET,
+                f"evictPod {p.evict_pod} belongs to DaemonSet {owner.get('name')}, which runs one pod per node",
+            )
+        )
     elif owner.get("kind") not in RECREATING_OWNERS:
-        errors.append(f"evictPod {p.evict_pod} is owned by a {owner.get('kind')}, which hami-place does not move")
+        problems.append(
+            Problem(
+                Code.EVICT_POD_OWNER_UNSUPPORTED,
+                f"evictPod {p.evict_pod} is owned by a {owner.get('kind')}, which hami-place does not move",
+            )
+        )
     try:
         if not matches(p.selector, meta.get("labels")):
-            errors.append(
-                f"evictPod {p.evict_pod} does not match podSelector: its replacement would never claim this placement"
+            problems.append(
+                Problem(
+                    Code.EVICT_POD_NOT_SELECTED,
+                    f"evictPod {p.evict_pod} does not match podSelector: its replacement would never claim this "
+                    "placement",
+                )
             )
     except SelectorError as e:
-        errors.append(str(e))
-    return errors
+        problems.append(Problem(Code.BAD_SELECTOR, str(e)))
+    return problems

@@ -17,6 +17,6 @@ def cluster_info(cache: ClusterCache) -> dict[str, Any]:
 
 
 def placements(cache: ClusterCache, namespace: str | None) -> dict[str, Any]:
-    buckets = [cache.by_namespace.get(namespace, {})] if namespace else list(cache.by_namespace.values())
-    items = sorted((placement_view(p) for b in buckets for p in b.values()), key=lambda v: (v["namespace"], v["name"]))
+    found = cache.placements_in(namespace) if namespace else cache.all_placements()
+    items = sorted((placement_view(p) for p in found), key=lambda v: (v["namespace"], v["name"]))
     return {"items": items, "count": len(items)}

@@ -27,13 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kubernetes import client
 
 from hami_place_core import placement as hp
-from testbed.agent_process import AgentProcess, webhook_configs
+from testbed.agent_process import AgentProcess
 from testbed.allocation_standin import AllocationStandIn
 from testbed.certs import CertificateAuthority
 from testbed.cluster import TestBed
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec, uniform_nodes
-from tests.agent.conftest import install_crd
-from tests.helpers import deployment, wait_for
+from testbed.waiting import wait_for
+from testbed.webhooks import register_webhooks, webhook_configs
+from testbed.workloads import deployment
 
 STEPS = ("evicting", "evicted", "claimed", "bound", "running", "completed")
 
@@ -117,12 +119,9 @@ def main() -> None:
             label="bench",
             env={"HAMI_PLACE_EVICTION_QPS": "100", "HAMI_PLACE_EVICTION_BURST": "100"},
         ).start()
-        mutating, validating = webhook_configs(
-            "bench", agent.url, ca.cert_pem, {"matchLabels": {"hami-place-agent": "bench"}}
+        register_webhooks(
+            api, *webhook_configs(bed.binary("helm"), "bench", agent.url, ca.cert_pem, {"hami-place-agent": "bench"})
         )
-        adm = client.AdmissionregistrationV1Api(api)
-        adm.create_mutating_webhook_configuration(mutating)
-        adm.create_validating_webhook_configuration(validating)
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         ns = "bench"
         core.create_namespace({"metadata": {"name": ns, "labels": {"hami-place-agent": "bench"}}})

@@ -56,9 +56,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import openb_replay as replay
 
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
@@ -70,6 +67,7 @@ from hami_place_core.planning.milp_bounds import MilpResult, milp_bound, node_ro
 from hami_place_core.requests import GpuRequest
 from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
+from testbed import openb as replay
 
 CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
 EFFICIENT = 1.3  # moves per freed GPU for the prefix row
@@ -345,7 +343,8 @@ def random_moves(state: ClusterState, options: PlanOptions, count: int, seed: in
     return v.moves
 
 
-def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:
+# The baseline exactly as the tables in docs/planner.md measured it: split it only with a bench re-run.
+def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:  # noqa: C901
     v = View.of(state, options)
     movable = set(v.movable)
     gpus = sorted(u for u in v.usage if v.countable(u))
@@ -547,7 +546,8 @@ def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> di
     }
 
 
-def orderable(state: ClusterState, assignment: Mapping[str, str], budget: int = 50_000) -> bool | None:
+# The referee of the MILP subsets, as benchmarked (docs/planner.md): split it only with a bench re-run.
+def orderable(state: ClusterState, assignment: Mapping[str, str], budget: int = 50_000) -> bool | None:  # noqa: C901
     """Whether the MILP's moves (it ignores their order) can be made one at a time, each valid when
     made (HAMi's Fit on the target GPU, CPU, memory and a pod slot on the target node): an
     exhaustive search over the orders, where the state after a set of moves is the same whichever
@@ -814,7 +814,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cuts = [float(c) for c in args.cuts.split(",")]
     nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
-    pods = replay.load_pods(replay._pods_path(args.pods))
+    pods = replay.load_pods(replay.pod_list_path(args.pods))
     r = replay.Replayer(nodes, pods, departures=False)
     report: dict[str, Any] = {
         "machine": {

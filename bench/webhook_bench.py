@@ -665,12 +665,13 @@ class Bench:
     def start(self) -> None:
         from kubernetes import client
 
-        from testbed.agent_process import AgentProcess, webhook_configs
+        from testbed.agent_process import AgentProcess
         from testbed.certs import CertificateAuthority
         from testbed.cluster import TestBed
+        from testbed.crd import install_crd
         from testbed.gpu_nodes import uniform_nodes
         from testbed.processes import Process, free_port, wait_until
-        from tests.agent.conftest import install_crd
+        from testbed.webhooks import register_webhooks, webhook_configs
 
         self.log("starting the test bed (etcd, kube-apiserver, kcm, scheduler, kwok, 4 GPU nodes)")
         self.bed = TestBed(workdir=self.workdir / "testbed", nodes=uniform_nodes(NODES, gpus=GPUS_PER_NODE)).start()
@@ -716,18 +717,18 @@ class Bench:
             self.log("go not found: the pod-creation phase runs without the Go webhook arm")
 
         self.log(f"registering the webhooks for namespaces labelled {BENCH_LABEL}={BENCH_VALUE}")
+        helm = self.bed.binary("helm")
         mutating, validating = webhook_configs(
-            CONFIG_NAME, self.agent.url, ca.cert_pem, {"matchLabels": {BENCH_LABEL: BENCH_VALUE}}
+            helm, CONFIG_NAME, self.agent.url, ca.cert_pem, {BENCH_LABEL: BENCH_VALUE}
         )
+        register_webhooks(self.kube, mutating, validating)
         adm = client.AdmissionregistrationV1Api(self.kube)
-        adm.create_mutating_webhook_configuration(mutating)  # type: ignore[arg-type]  # the client takes dicts
-        adm.create_validating_webhook_configuration(validating)  # type: ignore[arg-type]
         # The bare server (and the Go one) as pod webhooks too, for their own namespaces, with the
         # agent's registration otherwise: they show what any webhook costs the apiserver.
         for arm, url in (("bare", self.bare_url), ("go", self.go_url if self.go else "")):
             if not url:
                 continue
-            hook, _ = webhook_configs(f"{CONFIG_NAME}-{arm}", url, ca.cert_pem, {})
+            hook, _ = webhook_configs(helm, f"{CONFIG_NAME}-{arm}", url, ca.cert_pem, {})
             hook["webhooks"][0]["name"] = f"pods.{arm}.bench.hami-place.scheduling.hami.placement.com"
             hook["webhooks"][0]["namespaceSelector"] = {"matchLabels": {ARM_LABEL: arm}}
             adm.create_mutating_webhook_configuration(hook)  # type: ignore[arg-type]
@@ -932,11 +933,7 @@ class Bench:
         gpu["spec"]["schedulerName"] = "hami-place-bench-unscheduled"
         # The same pod without its GPU resources: not a candidate, so the registration's
         # matchConditions keep the API server from calling any webhook for it.
-        cpu = json.loads(json.dumps(gpu))
-        for c in cpu["spec"]["containers"]:
-            for section in c["resources"].values():
-                for k in [k for k in section if k.startswith("nvidia.com/")]:
-                    del section[k]
+        cpu = _without_gpu_resources(gpu)
         bodies = {"gpu": json.dumps(gpu).encode(), "cpu": json.dumps(cpu).encode()}
         paths = {arm: f"/api/v1/namespaces/{ns}/pods" for arm, ns in self.ns_pods.items()}
         arms = list(self.ns_pods)  # agent, bare, [go,] none
@@ -959,17 +956,7 @@ class Bench:
                 out["go"] = int(self.go_http.json("GET", "/healthz")[1]["served"])
             return out
 
-        # Webhook configurations take effect asynchronously: wait until pods reach every server.
-        for arm in [x for x in arms if x != "none"]:
-            deadline = time.monotonic() + 30
-            while True:
-                before = served()[arm]
-                create(arm)
-                if served()[arm] > before:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {arm} pod webhook never took effect")
-                time.sleep(0.2)
+        _wait_until_served([x for x in arms if x != "none"], create, served)
 
         # Palindromic order: each arm sees the same mean position, so linear drift cancels.
         pattern = (*arms, *reversed(arms))
@@ -1502,6 +1489,32 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(bench.results))
     return 0
+
+
+def _without_gpu_resources(pod: dict[str, Any]) -> dict[str, Any]:
+    """The same pod without its nvidia.com/ resources (a copy)."""
+    out: dict[str, Any] = json.loads(json.dumps(pod))
+    for c in out["spec"]["containers"]:
+        for section in c["resources"].values():
+            for k in [k for k in section if k.startswith("nvidia.com/")]:
+                del section[k]
+    return out
+
+
+def _wait_until_served(
+    arms: list[str], create: Callable[[str], float], served: Callable[[], dict[str, int]], timeout: float = 30
+) -> None:
+    """Webhook configurations take effect asynchronously: create pods until each arm's server sees one."""
+    for arm in arms:
+        deadline = time.monotonic() + timeout
+        while True:
+            before = served()[arm]
+            create(arm)
+            if served()[arm] > before:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {arm} pod webhook never took effect")
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

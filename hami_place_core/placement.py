@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core import annotations as ann
+from hami_place_core.placement_status import Phase, PlacementStatus, is_mapping
+from hami_place_core.problems import Code, Problem
 from hami_place_core.requests import HAMI_RESOURCES, RES_CORES, RES_GPU, RES_MEM, RES_MEM_PCT
 from hami_place_core.targets import TargetError, TargetSpec, parse_targets
 
@@ -30,15 +32,16 @@ PLURAL = "hamipodplacements"
 KIND = "HamiPodPlacement"
 API_VERSION = f"{GROUP}/{VERSION}"
 
+# The phases, as plain names (Phase is a StrEnum: each equals its string).
 PENDING, CLAIMED, BOUND, EVICTING, WAITING, COMPLETED, FAILED, CANCELLED = (
-    "Pending",
-    "Claimed",
-    "Bound",
-    "Evicting",
-    "WaitingForPod",
-    "Completed",
-    "Failed",
-    "Cancelled",
+    Phase.PENDING,
+    Phase.CLAIMED,
+    Phase.BOUND,
+    Phase.EVICTING,
+    Phase.WAITING,
+    Phase.COMPLETED,
+    Phase.FAILED,
+    Phase.CANCELLED,
 )
 TERMINAL = (COMPLETED, FAILED, CANCELLED)
 
@@ -68,15 +71,16 @@ class Placement:
     resource_version: str
     generation: int
     req_id: str
-    selector: dict[str, Any]
+    selector: dict[str, Any]  # {} when malformed: a selector that cannot be read selects nothing
     node: str
     gpu_devices: tuple[str, ...]
     targets: TargetSpec | None
     target_error: str | None
     evict_pod: str | None
-    phase: str
-    status: dict[str, Any]
+    phase: str  # the status's phase as written (Pending when absent), even one this version does not know
+    status: PlacementStatus
     raw: dict[str, Any]
+    problems: tuple[Problem, ...] = ()  # what is malformed in the object's shape (spec, metadata)
 
     @property
     def key(self) -> str:
@@ -84,36 +88,210 @@ class Placement:
 
     @property
     def claim(self) -> str | None:
-        return self.status.get("claim")
+        return self.status.claim
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Placement:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
+        """Never raises: a field of the wrong shape is read as absent and reported in `problems`."""
+        meta = _mapping(obj.get("metadata"))
+        spec = _mapping(obj.get("spec"))
+        raw_status = obj.get("status")
+        status = PlacementStatus.parse(raw_status)
+        problems = shape_problems(obj)
+        bad_selector = any(x.code == Code.BAD_SELECTOR for x in problems)
         devices = spec.get("gpuDevices") or []
         targets, error = None, None
         try:
-            targets = parse_targets(list(devices))
+            targets = parse_targets(devices)
         except TargetError as e:
             error = str(e)
+        phase = raw_status.get("phase") if is_mapping(raw_status) else None
+        selector = spec.get("podSelector")
         return cls(
-            namespace=meta.get("namespace", ""),
-            name=meta.get("name", ""),
-            uid=meta.get("uid", ""),
-            resource_version=meta.get("resourceVersion", ""),
-            generation=int(meta.get("generation") or 0),
-            req_id=str(spec.get("reqID") or ""),
-            selector=dict(spec.get("podSelector") or {}),
-            node=str(spec.get("nodeName") or ""),
-            gpu_devices=tuple(str(d) for d in devices),
+            namespace=_text(meta.get("namespace")),
+            name=_text(meta.get("name")),
+            uid=_text(meta.get("uid")),
+            resource_version=_text(meta.get("resourceVersion")),
+            generation=meta["generation"] if _is_int(meta.get("generation")) else 0,
+            req_id=_text(spec.get("reqID")),
+            selector=dict(selector) if is_mapping(selector) and not bad_selector else {},
+            node=_text(spec.get("nodeName")),
+            gpu_devices=tuple(str(d) for d in devices) if isinstance(devices, list | tuple) else (),
             targets=targets,
             target_error=error,
-            evict_pod=spec.get("evictPod") or None,
-            phase=str(status.get("phase") or PENDING),
-            status=dict(status),
+            evict_pod=_text(spec.get("evictPod")) or None,
+            phase=str(phase) if phase else PENDING,
+            status=status,
             raw=dict(obj),
+            problems=tuple(problems),
         )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if is_mapping(value) else {}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _selector_problems(selector: object) -> list[str]:
+    """What makes `selector` not a LabelSelector of the CRD's shape; [] for a well-formed one."""
+    if not is_mapping(selector):
+        return [f"spec.podSelector must be an object with matchLabels or matchExpressions, got {_shown(selector)}"]
+    out = []
+    labels = selector.get("matchLabels")
+    if labels is not None:
+        if not is_mapping(labels):
+            out.append(f"spec.podSelector.matchLabels must be an object of label: value, got {_shown(labels)}")
+        else:
+            out += [
+                f"spec.podSelector.matchLabels[{k!r}] must be a string, got {_shown(v)}"
+                for k, v in labels.items()
+                if not isinstance(v, str)
+            ]
+    exprs = selector.get("matchExpressions")
+    if exprs is not None and not isinstance(exprs, list):
+        out.append(f"spec.podSelector.matchExpressions must be a list, got {_shown(exprs)}")
+    for i, e in enumerate(exprs if isinstance(exprs, list) else ()):
+        where = f"spec.podSelector.matchExpressions[{i}]"
+        if not is_mapping(e):
+            out.append(f"{where} must be an object with key and operator, got {_shown(e)}")
+            continue
+        key, op, values = e.get("key"), e.get("operator"), e.get("values")
+        if not isinstance(key, str) or not key:
+            out.append(f"{where}.key must be a non-empty string, got {_shown(key)}")
+        if op not in _OPERATORS:
+            out.append(f"{where}.operator must be one of {', '.join(_OPERATORS)}, got {_shown(op)}")
+        if values is not None and not (isinstance(values, list) and all(isinstance(v, str) for v in values)):
+            out.append(f"{where}.values must be a list of strings, got {_shown(values)}")
+        elif op in ("In", "NotIn") and not values:
+            out.append(f"{where} with operator {op} must have a non-empty values list")
+        elif op in ("Exists", "DoesNotExist") and values:
+            out.append(f"{where} with operator {op} must not have values")
+    return out
+
+
+def shape_problems(obj: Mapping[str, Any]) -> list[Problem]:
+    """Fields whose type is not the CRD's (a crafted review can send anything); gpuDevices has its
+    own precise messages (target_error). The API server's schema rejects all of these first, so a
+    real request never carries them."""
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    if meta is not None and not is_mapping(meta):
+        return [Problem(Code.MALFORMED_SPEC, f"metadata must be an object, got {_shown(meta)}")]
+    if spec is None:
+        return []
+    if not is_mapping(spec):
+        return [Problem(Code.MALFORMED_SPEC, f"spec must be an object, got {_shown(spec)}")]
+    out = [
+        Problem(Code.MALFORMED_SPEC, f"spec.{key} must be a string, got {_shown(spec[key])}")
+        for key in ("reqID", "nodeName", "evictPod")
+        if key in spec and not isinstance(spec[key], str)
+    ]
+    if "podSelector" in spec:
+        out += [Problem(Code.BAD_SELECTOR, m) for m in _selector_problems(spec["podSelector"])]
+    timeouts = spec.get("timeouts")
+    if timeouts is not None and not is_mapping(timeouts):
+        out.append(Problem(Code.MALFORMED_SPEC, f"spec.timeouts must be an object, got {_shown(timeouts)}"))
+    for key, value in timeouts.items() if is_mapping(timeouts) else ():
+        if key in ("evictionSeconds", "replacementSeconds") and not (_is_int(value) and value >= 1):
+            out.append(
+                Problem(Code.MALFORMED_SPEC, f"spec.timeouts.{key} must be a positive integer, got {_shown(value)}")
+            )
+    return out
+
+
+def _strings(value: object) -> bool:
+    return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
+
+
+def _objects(value: object) -> bool:
+    return type(value) is list and all(type(x) is dict for x in value)
+
+
+def pod_resource_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """The types of what deciding whether HAMi schedules the pod reads (its containers' resource
+    names): cheap enough for every pod review. Values are not looked at here."""
+    spec = pod.get("spec") or {}
+    if type(spec) is not dict:
+        return [Problem(Code.MALFORMED_POD, f"spec must be an object, got {_shown(spec)}")]
+    out = []
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if type(containers) is not list:
+            out.append(f"spec.{key} must be a list of containers")
+            continue
+        for i, c in enumerate(containers):
+            res = c.get("resources") if type(c) is dict else ()
+            if res is None:
+                continue
+            if type(res) is dict:
+                limits, requests = res.get("limits"), res.get("requests")
+                if (limits is None or type(limits) is dict) and (requests is None or type(requests) is dict):
+                    continue
+            out.append(f"spec.{key}[{i}] must be a container with resources.limits and .requests objects")
+    return _pod_problems(out)
+
+
+def pod_shape_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    """What in a pod has a type the API server would never send (only a crafted review can): all
+    the mutating webhook reads before pinning it (labels, annotations, owners, resources, node
+    affinity); [] for every pod the API server sends."""
+    problems = pod_resource_problems(pod)
+    if problems:
+        return problems
+    out: list[str] = []
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    for key in ("labels", "annotations"):
+        if meta.get(key) is not None and not _strings(meta[key]):
+            out.append(f"metadata.{key} must be an object of strings")
+    if meta.get("ownerReferences") is not None and not _objects(meta["ownerReferences"]):
+        out.append("metadata.ownerReferences must be a list of objects")
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(spec.get(key) or ()):
+            res = c.get("resources") or {}
+            if not all(_strings(res.get(part) or {}) for part in ("limits", "requests")):
+                out.append(f"spec.{key}[{i}].resources must hold quantities as strings")
+    affinity = spec.get("affinity")
+    if affinity is not None and not _node_affinity_ok(affinity):
+        out.append("spec.affinity.nodeAffinity must be a NodeAffinity object")
+    return _pod_problems(out)
+
+
+def _node_affinity_ok(affinity: object) -> bool:
+    if type(affinity) is not dict:
+        return False
+    node = affinity.get("nodeAffinity")
+    if node is None:
+        return True
+    if type(node) is not dict:
+        return False
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    if type(required) is not dict:
+        return False
+    terms = required.get("nodeSelectorTerms")
+    return terms is None or (
+        _objects(terms) and all(t.get("matchFields") is None or type(t["matchFields"]) is list for t in terms)
+    )
+
+
+def _pod_problems(messages: list[str]) -> list[Problem]:
+    return [Problem(Code.MALFORMED_POD, m) for m in messages]
 
 
 def _escape(key: str) -> str:
@@ -286,12 +464,12 @@ def placement_view(p: Placement) -> dict[str, Any]:
         "gpuDevices": list(p.gpu_devices),
         "evictPod": p.evict_pod,
         "phase": p.phase,
-        "reason": p.status.get("reason"),
-        "message": p.status.get("message"),
-        "boundPod": p.status.get("boundPod"),
-        "targetUUIDs": p.status.get("targetUUIDs") or [],
-        "allocatedDevices": p.status.get("allocatedDevices") or [],
-        "claimedAt": p.status.get("claimedAt"),
-        "consumedAt": p.status.get("consumedAt"),
+        "reason": p.status.reason,
+        "message": p.status.message,
+        "boundPod": p.status.bound_pod,
+        "targetUUIDs": list(p.status.target_uuids or ()),
+        "allocatedDevices": list(p.status.allocated_devices or ()),
+        "claimedAt": p.status.claimed_at,
+        "consumedAt": p.status.consumed_at,
         "resourceVersion": p.resource_version,
     }

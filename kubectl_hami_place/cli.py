@@ -13,7 +13,7 @@ import traceback
 import click
 
 from hami_place_core import __version__
-from hami_place_core.kube_errors import KubeError
+from hami_place_core.kube.errors import KubeError
 from hami_place_core.snapshot import SnapshotError
 from hami_place_core.targets import TargetError
 from kubectl_hami_place.errors import UserError

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from hami_place_core import kube_errors
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 
@@ -160,31 +160,38 @@ def _watch_views(
         left = remaining()
         seconds = WATCH_SECONDS if left is None else max(1, min(WATCH_SECONDS, int(left) + 1))
         query = {
-            "watch": "true",
             "fieldSelector": f"metadata.name={name}",
             "resourceVersion": rv,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": seconds,
         }
-        for raw in kube.stream(hp.placement_path(namespace), query, read_timeout=seconds + 10):
-            if not raw.strip():
-                continue
-            ev = json.loads(raw)
-            obj = ev.get("object") or {}
-            if ev.get("type") == "ERROR":
-                if obj.get("code") == 410:
-                    break  # too old: re-read below
-                raise UserError(f"watching placement {namespace}/{name}: {obj.get('message')}")
-            rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            if ev.get("type") == "DELETED":
-                raise UserError(f"placement {namespace}/{name} was deleted")
-            if ev.get("type") in ("ADDED", "MODIFIED"):
-                yield hp.placement_view(hp.Placement.from_object(obj))
-        else:
-            yield {}  # the server ended the watch (timeoutSeconds): check the deadline, resume
+        try:
+            for ev in kube.watch(hp.placement_path(namespace), query, read_timeout=seconds + 10):
+                obj = ev.get("object") or {}
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                if ev.get("type") == "DELETED":
+                    raise UserError(f"placement {namespace}/{name} was deleted")
+                if ev.get("type") in ("ADDED", "MODIFIED"):
+                    yield hp.placement_view(hp.Placement.from_object(obj))
+        except kube_errors.Gone:  # too old: re-read below
+            view, rv = _get_view(kube, namespace, name)
+            yield view
             continue
-        view, rv = _get_view(kube, namespace, name)
-        yield view
+        yield {}  # the server ended the watch (timeoutSeconds): check the deadline, resume
+
+
+class _Deadline:
+    """The time left to follow, if any (None: no limit)."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> float | None:
+        return None if self._end is None else self._end - time.monotonic()
+
+    def expired(self) -> bool:
+        left = self.remaining()
+        return left is not None and left <= 0
 
 
 def follow(
@@ -199,15 +206,8 @@ def follow(
     """Report the placement's progress until it is Completed, Failed or Cancelled; return that view.
 
     Raises FollowTimeout when `timeout` seconds pass first (the placement stays as it is)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = _Deadline(timeout)
     last: dict[str, Any] | None = None
-
-    def remaining() -> float | None:
-        return None if deadline is None else deadline - time.monotonic()
-
-    def expired() -> bool:
-        left = remaining()
-        return left is not None and left <= 0
 
     def run(views: Iterator[dict[str, Any]]) -> dict[str, Any] | None:
         nonlocal last
@@ -217,34 +217,48 @@ def follow(
                 reporter.show(view)
                 if view.get("phase") in hp.TERMINAL:
                     return view
-            if expired():
+            if deadline.expired():
                 break
         return None
 
     if agent is not None:
-        left = remaining()
-        silence = SSE_SILENCE_SECONDS if left is None else max(0.5, min(SSE_SILENCE_SECONDS, left))
+        done = _follow_agent(kube, agent, namespace, name, deadline, run, note or _stderr)
+        if done is not None:
+            return done
+    while not deadline.expired():
         try:
-            done = run(_sse_views_when_cached(kube, agent, namespace, name, silence))
-            if done is not None:
-                return done
-        except (kube_errors.KubeError, ValueError) as e:
-            if not expired():
-                (note or _stderr)(
-                    f"note: the agent's progress stream is unavailable ({_short(e)}); "
-                    "following the placement object instead"
-                )
-    while not expired():
-        try:
-            done = run(_watch_views(kube, namespace, name, remaining))
+            done = run(_watch_views(kube, namespace, name, deadline.remaining))
         except kube_errors.Unreachable:
-            if expired():
+            if deadline.expired():
                 break
             raise
         if done is not None:
             return done
     where = describe(last) if last else "unknown"
     raise FollowTimeout(f"timed out after {timeout:g}s; placement {namespace}/{name} is still {where}", last)
+
+
+def _follow_agent(
+    kube: Kube,
+    agent: AgentRef,
+    namespace: str,
+    name: str,
+    deadline: _Deadline,
+    run: Callable[[Iterator[dict[str, Any]]], dict[str, Any] | None],
+    note: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """Follow through the agent's stream; None when it ends first or is unavailable (said in a note)."""
+    left = deadline.remaining()
+    silence = SSE_SILENCE_SECONDS if left is None else max(0.5, min(SSE_SILENCE_SECONDS, left))
+    try:
+        return run(_sse_views_when_cached(kube, agent, namespace, name, silence))
+    except (kube_errors.KubeError, ValueError) as e:
+        if not deadline.expired():
+            note(
+                f"note: the agent's progress stream is unavailable ({_short(e)}); "
+                "following the placement object instead"
+            )
+    return None
 
 
 def _sse_views_when_cached(

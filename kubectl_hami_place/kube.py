@@ -1,22 +1,23 @@
-"""The CLI's Kubernetes access: kubeconfig handling and raw-JSON requests.
+"""The CLI's Kubernetes access: a thin synchronous adapter over urllib3.
 
-Objects stay plain JSON dicts (what the domain model reads): the official client's model
-(de)serialisation costs more than the request for large lists and is never needed here. The
-client is imported lazily, so ``--help`` and completion never pay for it.
+Credentials, errors and the watch decoder are the shared layer's (:mod:`hami_place_core.kube`);
+this module only moves bytes. urllib3 is what the official client uses underneath, without its
+~800 generated model modules (importing those cost 0.22-0.31 s, most of a command's run time next
+to `kubectl get`: docs/benchmarks.md). urllib3 is imported lazily, so ``--help`` and completion
+never pay for it.
 """
 
 from __future__ import annotations
 
-import json
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_place_core import kube_errors
+from hami_place_core.kube import config, watch, wire
+from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
 
-PAGE_SIZE = 500
+PAGE_SIZE = wire.PAGE_SIZE
 
 
 @dataclass
@@ -26,84 +27,85 @@ class Kube:
     namespace: str | None = None
     all_namespaces: bool = False
     request_timeout: float | None = None
-    _api: Any = field(default=None, init=False, repr=False)
-    _default_ns: str = field(default="default", init=False, repr=False)
-    _fast: Any = field(default=None, init=False, repr=False)
+    _creds: config.Credentials | None = field(default=None, init=False, repr=False)
     _pool: Any = field(default=None, init=False, repr=False)
-    _resolved: bool = field(default=False, init=False, repr=False)
+    _generation: int = field(default=-1, init=False, repr=False)
 
-    def _resolve(self) -> None:
-        """Pick the transport once: the fast path for common kubeconfigs, else the official client."""
-        if self._resolved:
-            return
-        self._resolved = True
-        from kubectl_hami_place import kubeconfig
+    def credentials(self) -> config.Credentials:
+        if self._creds is None:
+            try:
+                self._creds = config.load(self.kubeconfig, self.context)
+            except kube_errors.ConfigError as e:
+                where = self.kubeconfig or "$KUBECONFIG or ~/.kube/config"
+                raise UserError(f"cannot load kubeconfig from {where}: {e}") from e
+        return self._creds
 
-        try:
-            conn = kubeconfig.load(self.kubeconfig, self.context)
-        except (OSError, ValueError, ssl.SSLError) as e:
-            where = self.kubeconfig or "$KUBECONFIG or ~/.kube/config"
-            raise UserError(f"cannot load kubeconfig from {where}: {e}") from e
-        if conn is None:
-            self.api()
-            return
+    def _pool_get(self) -> Any:
+        """One connection pool, built again when an exec plugin hands out a new client certificate."""
+        creds = self.credentials()
+        if self._pool is not None and self._generation == creds.auth.generation:
+            return self._pool
         import urllib3
 
-        ctx = conn.ssl_context
-        self._fast = conn
-        self._default_ns = conn.namespace
-        self._pool = urllib3.PoolManager(
-            num_pools=2,
-            ssl_context=ctx,
-            cert_reqs=ctx.verify_mode if ctx is not None else None,
-            assert_hostname=None if ctx is None or ctx.check_hostname else False,
-            retries=False,
-        )
+        try:
+            ctx = creds.ssl_context()
+        except kube_errors.ConfigError as e:
+            raise UserError(f"cannot load kubeconfig from {self.kubeconfig or creds.source}: {e}") from e
+        self._generation = creds.auth.generation
+        tls: dict[str, Any] = {}
+        if ctx is not None:
+            tls = {
+                "ssl_context": ctx,
+                "cert_reqs": ctx.verify_mode,
+                "assert_hostname": None if ctx.check_hostname else False,
+            }
+            if creds.tls_server_name:
+                tls["server_hostname"] = creds.tls_server_name
+        if creds.proxy_url and creds.proxy_url.split("://")[0].lower().startswith("socks"):
+            try:
+                from urllib3.contrib.socks import SOCKSProxyManager
+            except ImportError as e:  # PySocks is not installed
+                raise UserError(f"proxy-url {creds.proxy_url} needs PySocks: {e}") from e
+            self._pool = SOCKSProxyManager(creds.proxy_url, num_pools=2, retries=False, **tls)
+        elif creds.proxy_url:
+            self._pool = urllib3.ProxyManager(creds.proxy_url, num_pools=2, retries=False, **tls)
+        else:
+            self._pool = urllib3.PoolManager(num_pools=2, retries=False, **tls)
+        return self._pool
 
     def _timeout(self, read: float | None) -> Any:
         import urllib3
 
         return urllib3.Timeout(connect=self.request_timeout or 30.0, read=read)
 
-    def _url(self, path: str, query: dict[str, Any] | None) -> str:
-        from urllib.parse import urlencode
-
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        return str(self._fast.server) + path + (f"?{urlencode(params)}" if params else "")
-
-    def api(self) -> Any:
-        if self._api is not None:
-            return self._api
-        from kubernetes import config
-        from kubernetes.config.config_exception import ConfigException
-
-        try:
-            self._api = config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
-            _, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
-            if self.context:
-                contexts, _ = config.list_kube_config_contexts(config_file=self.kubeconfig)
-                active = next((c for c in contexts if c["name"] == self.context), active)
-            self._default_ns = (active or {}).get("context", {}).get("namespace") or "default"
-        except (ConfigException, OSError) as e:
-            try:  # inside a pod, as kubectl does
-                config.load_incluster_config()
-                from kubernetes import client
-
-                self._api = client.ApiClient()
-            except ConfigException:
-                where = self.kubeconfig or "$KUBECONFIG or ~/.kube/config"
-                raise UserError(f"cannot load kubeconfig from {where}: {e}") from e
-        return self._api
-
     @property
     def server(self) -> str:
-        self._resolve()
-        host: Any = self._fast.server if self._fast is not None else self.api().configuration.host
-        return str(host)
+        return self.credentials().server
 
     def effective_namespace(self) -> str:
-        self._resolve()
-        return self.namespace or self._default_ns
+        return self.namespace or self.credentials().namespace
+
+    def _send(self, method: str, path: str, query: dict[str, Any] | None, **kw: Any) -> Any:
+        """One request; after a 401 the credentials are refreshed and it is sent once more."""
+        from urllib3 import HTTPHeaderDict
+
+        creds = self.credentials()
+        base = kw.pop("headers")
+        for attempt in (1, 2):
+            headers = HTTPHeaderDict(base)
+            for name, value in creds.request_headers():  # Impersonate-Group may repeat
+                headers.add(name, value)
+            try:
+                resp = self._pool_get().request(method, wire.url(creds.server, path, query), headers=headers, **kw)
+            except kube_errors.KubeError:
+                raise
+            except Exception as e:  # urllib3/TLS/socket errors all mean "unreachable"
+                raise kube_errors.wrap(e, creds.server) from e
+            if resp.status == 401 and attempt == 1 and creds.auth.refresh():
+                resp.drain_conn()
+                continue
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns
 
     def request(
         self,
@@ -113,37 +115,15 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Any:
-        self._resolve()
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        if self._fast is not None:
-            try:
-                resp = self._pool.request(
-                    method,
-                    self._url(path, query),
-                    body=None if body is None else json.dumps(body).encode(),
-                    headers={**headers, **self._fast.headers},
-                    timeout=self._timeout(self.request_timeout),
-                )
-            except Exception as e:  # urllib3/TLS/socket errors all mean "unreachable"
-                raise kube_errors.wrap(e, self.server) from e
-            if not 200 <= resp.status < 300:
-                raise kube_errors.from_status(resp.status, resp.data)
-            return json.loads(resp.data) if resp.data else None
-        api = self.api()
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        try:
-            _, url, headers, serialized, _ = api.param_serialize(
-                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
-            )
-            resp = api.call_api(method, url, headers, serialized, _request_timeout=self.request_timeout)
-            resp.read()
-        except Exception as e:  # urllib3/TLS/socket errors all mean "unreachable"
-            raise kube_errors.wrap(e, self.server) from e
-        if not 200 <= resp.status < 300:
-            raise kube_errors.from_status(resp.status, resp.data)
-        return json.loads(resp.data) if resp.data else None
+        resp = self._send(
+            method,
+            path,
+            query,
+            body=wire.encode(body),
+            headers=wire.headers(body is not None, content_type),
+            timeout=self._timeout(self.request_timeout),
+        )
+        return wire.answer(resp.status, resp.data)
 
     def stream(
         self, path: str, query: dict[str, Any] | None = None, read_timeout: float | None = None
@@ -153,54 +133,34 @@ class Kube:
         ``read_timeout`` bounds the silence between two chunks (servers send keep-alives), not
         the whole stream; a silent stream raises Unreachable.
         """
-        self._resolve()
-        if self._fast is not None:
-            yield from self._fast_stream(path, query, read_timeout)
-            return
-        api = self.api()
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        connect = self.request_timeout or 10.0
-        try:
-            _, url, headers, _, _ = api.param_serialize(
-                "GET", path, query_params=params, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"]
-            )
-            resp = api.call_api("GET", url, headers, None, _request_timeout=(connect, read_timeout))
-        except Exception as e:
-            raise kube_errors.wrap(e, self.server) from e
-        if not 200 <= resp.status < 300:
-            raise kube_errors.from_status(resp.status, resp.read())
-        yield from self._lines(resp.response)
-
-    def _fast_stream(self, path: str, query: dict[str, Any] | None, read_timeout: float | None) -> Iterator[bytes]:
-        try:
-            raw = self._pool.request(
-                "GET",
-                self._url(path, query),
-                headers={"Accept": "*/*", **self._fast.headers},
-                timeout=self._timeout(read_timeout),
-                preload_content=False,
-            )
-        except Exception as e:
-            raise kube_errors.wrap(e, self.server) from e
+        raw = self._send(
+            "GET",
+            path,
+            query,
+            headers={"Accept": "*/*"},
+            timeout=self._timeout(read_timeout),
+            preload_content=False,
+        )
         if not 200 <= raw.status < 300:
             data = raw.read()
             raw.release_conn()
             raise kube_errors.from_status(raw.status, data)
-        yield from self._lines(raw)
-
-    def _lines(self, raw: Any) -> Iterator[bytes]:
-        pending = b""
         try:
-            for chunk in raw.stream(amt=None, decode_content=True):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                yield from lines
-            if pending:
-                yield pending
+            yield from watch.lines(raw.stream(amt=None, decode_content=True))
         except Exception as e:  # a read timeout or a reset mid-stream
             raise kube_errors.wrap(e, self.server) from e
         finally:
             raw.release_conn()
+
+    def watch(
+        self, path: str, query: dict[str, Any] | None = None, read_timeout: float | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The events of a watch (``watch=true`` is added). An ERROR event raises its typed error:
+        Gone (410) means list again."""
+        for line in self.stream(path, {**(query or {}), "watch": "true"}, read_timeout):
+            event = watch.decode_event(line)
+            if event is not None:
+                yield event
 
     def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]:
         """Every item of a list, page by page (limit/continue), so huge clusters stay bounded."""

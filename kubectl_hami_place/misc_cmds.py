@@ -56,7 +56,7 @@ def cobra_complete(args: tuple[str, ...]) -> None:
 def selftest() -> None:
     """Check this build offline: every module imports, and a table renders.
 
-    Imports every command and the Kubernetes client, then renders the shipped example snapshot
+    Imports every command and the Kubernetes layer (urllib3), then renders the shipped example snapshot
     (no cluster is contacted). Exit 0 and one summary line when the build is whole.
 
     \b
@@ -66,7 +66,8 @@ def selftest() -> None:
     from kubectl_hami_place.cli import COMMANDS, cli
 
     started = time.perf_counter()
-    modules = sorted({m for m, _, _ in COMMANDS.values()} | {"kubernetes.client", "yaml", "tabulate"})
+    libraries = {"hami_place_core.kube.config", "urllib3", "yaml", "tabulate"}
+    modules = sorted({m for m, _, _ in COMMANDS.values()} | libraries)
     for name in modules:
         importlib.import_module(name)
     buf = io.StringIO()

@@ -37,7 +37,7 @@ def _check_target(kube: Any, node: str, gpus: tuple[str, ...]) -> str:
     """Fail early, with the same words as the agent, on a node or GPU that does not exist.
 
     Users who may not read nodes skip this; the agent's validating webhook checks it anyway."""
-    from hami_place_core import kube_errors
+    from hami_place_core.kube import errors as kube_errors
     from hami_place_core.state import node_state
     from hami_place_core.targets import TargetError, parse_targets, resolve
 
@@ -329,8 +329,8 @@ def cancel(name: str, force: bool, **kw: Any) -> None:
       kubectl hami-place cancel web-3fa9c2d1e0 -n ml
       kubectl hami-place cancel trainer-7d9f-abcde-1a2b3c4d5e --force
     """
-    from hami_place_core import kube_errors
     from hami_place_core import placement as hp
+    from hami_place_core.kube import errors as kube_errors
 
     kube = _kube(kw)
     ns = kube.effective_namespace()
@@ -343,8 +343,7 @@ def cancel(name: str, force: bool, **kw: Any) -> None:
         raise UserError(f"placement {ns}/{name} is already {p.phase}; nothing to cancel (delete it with kubectl)")
     if p.phase != hp.PENDING and not force:
         raise UserError(
-            f"placement {ns}/{name} is {p.phase} ({p.status.get('message') or 'in progress'}); "
-            "cancel it anyway with --force"
+            f"placement {ns}/{name} is {p.phase} ({p.status.message or 'in progress'}); cancel it anyway with --force"
         )
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": p.resource_version}}
     try:

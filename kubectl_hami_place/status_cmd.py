@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import kube_options, output_option, selector_option, watch_option
 
@@ -134,25 +135,20 @@ def _watch(
             return
     header_shown = bool(items)
     while True:  # a server-side watch timeout or a 410 just resumes
-        for raw in kube.stream(path, {**query, "watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true"}):
-            if not raw.strip():
-                continue
-            ev = json.loads(raw)
-            obj = ev.get("object") or {}
-            if ev.get("type") == "ERROR":
-                if obj.get("code") == 410:  # too old: list again, print nothing twice
-                    rv = kube.request("GET", path, {**query, "limit": 1})["metadata"]["resourceVersion"]
-                    break
-                raise UserError(f"watch failed: {obj.get('message')}")
-            rv = obj.get("metadata", {}).get("resourceVersion") or rv
-            if ev.get("type") == "BOOKMARK":
-                continue
-            if ev.get("type") == "DELETED":
-                name = obj["metadata"]["name"]
-                click.echo(f"{name} deleted")
-                if single:
+        try:
+            for ev in kube.watch(path, {**query, "resourceVersion": rv, "allowWatchBookmarks": "true"}):
+                obj = ev.get("object") or {}
+                rv = obj.get("metadata", {}).get("resourceVersion") or rv
+                if ev.get("type") == "BOOKMARK":
+                    continue
+                if ev.get("type") == "DELETED":
+                    name = obj["metadata"]["name"]
+                    click.echo(f"{name} deleted")
+                    if single:
+                        return
+                    continue
+                if emit(obj, first=not header_shown):
                     return
-                continue
-            if emit(obj, first=not header_shown):
-                return
-            header_shown = True
+                header_shown = True
+        except kube_errors.Gone:  # too old: list again, print nothing twice
+            rv = kube.request("GET", path, {**query, "limit": 1})["metadata"]["resourceVersion"]

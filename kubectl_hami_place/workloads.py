@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hami_place_core import kube_errors
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import replacement_selector
 from hami_place_core.selectors import SelectorError, parse_selector
 from kubectl_hami_place.errors import UserError

@@ -1,33 +1,30 @@
-"""Run the hami-place agent as local processes against the test bed, and wire the webhooks to it.
+"""Run the hami-place agent as local processes against the test bed.
 
 The agent is started exactly as in a pod (``python -m agent`` with HAMI_PLACE_* variables),
-serving TLS on 127.0.0.1 with a certificate from its own CA. The webhook configurations point at
-it with ``clientConfig.url``. With several replicas, a round-robin TCP proxy (TLS passes
-through) stands in for the Service, so the API server's calls really are spread over them.
+serving TLS on 127.0.0.1 with a certificate from its own CA. The webhook configurations (the
+chart's, testbed/webhooks.py) point at it with ``clientConfig.url``. With several replicas, a
+round-robin TCP proxy (TLS passes through) stands in for the Service, so the API server's calls
+really are spread over them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import socket
 import ssl
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from hami_place_core.requests import HAMI_RESOURCES
 from testbed.certs import CertificateAuthority
 from testbed.cluster import WEBHOOK_CLIENT_CN
 from testbed.processes import Process, StartupError, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-CRD_FILE = REPO / "crds" / "hamipodplacements.scheduling.hami.placement.com.yaml"
 
 
 class AgentProcess:
@@ -192,99 +189,6 @@ class RoundRobinProxy:
         asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         self._thread.join(5)
         self._loop.close()
-
-
-# The API server calls the mutating webhook only for pods HAMi will schedule (agent/mutate.py,
-# is_candidate: named for hami-scheduler, or a container or init container asks for a HAMi
-# resource): any webhook call costs a pod creation about 1 ms here, whatever answers it
-# (docs/benchmarks.md), and most pods are not GPU pods. chart/templates/webhook.yaml renders the
-# same expression (tests/agent/test_registration.py compares them field by field).
-POD_MATCH_CONDITIONS = [
-    {
-        "name": "hami-candidate",
-        "expression": (
-            "(has(object.spec.schedulerName) && object.spec.schedulerName == 'hami-scheduler') || "
-            "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
-            ".exists(c, has(c.resources) && "
-            f"[{', '.join(repr(r) for r in HAMI_RESOURCES)}]"
-            ".exists(r, (has(c.resources.limits) && r in c.resources.limits) || "
-            "(has(c.resources.requests) && r in c.resources.requests)))"
-        ),
-    }
-]
-
-
-def webhook_configs(
-    name: str, base_url: str, ca_pem: bytes, namespace_selector: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The Mutating (pods) and Validating (placements) configurations, as the chart renders them."""
-    bundle = base64.b64encode(ca_pem).decode()
-    mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": "pods.hami-place.scheduling.hami.placement.com",
-                "clientConfig": {"url": f"{base_url}/mutate", "caBundle": bundle},
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": namespace_selector,
-                "objectSelector": {
-                    "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
-                },
-                "matchConditions": POD_MATCH_CONDITIONS,
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "NoneOnDryRun",
-                "failurePolicy": "Ignore",
-                "reinvocationPolicy": "IfNeeded",
-                "timeoutSeconds": 5,
-            }
-        ],
-    }
-    validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": "placements.hami-place.scheduling.hami.placement.com",
-                "clientConfig": {"url": f"{base_url}/validate", "caBundle": bundle},
-                "rules": [
-                    {
-                        "apiGroups": ["scheduling.hami.placement.com"],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["hamipodplacements"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": namespace_selector,
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-            }
-        ],
-    }
-    return mutating, validating
-
-
-def wait_webhooks_active(probe: Any, timeout: float = 20) -> None:
-    """Webhook configurations reach the apiserver asynchronously: poll until `probe()` is true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if probe():
-            return
-        time.sleep(0.2)
-    raise StartupError("webhook configuration never took effect")
 
 
 def host_ip() -> str:

@@ -226,9 +226,14 @@ class TestBed:
         proc.start()
         return proc
 
+    def binary(self, name: str) -> Path:
+        """The path of one of the test bed's binaries (etcd, kube-*, kwok, kubectl, helm, ...)."""
+        if self.binaries is None:
+            self.binaries = build.ensure_binaries()
+        return self.binaries[name]
+
     def _bin(self, name: str) -> str:
-        assert self.binaries is not None
-        return str(self.binaries[name])
+        return str(self.binary(name))
 
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()

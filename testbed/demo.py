@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from testbed import build
 from testbed.cluster import TestBed, load_state, save_state
 from testbed.cluster import down as testbed_down
+from testbed.crd import install_crd
 from testbed.gpu_nodes import A100_80G, uniform_nodes
 from testbed.processes import Process, StartupError, stop_pid
 
@@ -298,31 +299,17 @@ class Demo:
         core.create_namespace(
             {"metadata": {"name": NAMESPACE, "labels": {"hami-place-agent": AGENT_LABEL, "hami-place-demo": "true"}}}
         )
-        self._install_crd()
+        install_crd(self.api)
         say("CRD hamipodplacements.scheduling.hami.placement.com established")
         self._start_agent()
         self._start_standin()
         save_demo(self.state_dir, self.state)
 
-    def _install_crd(self) -> None:
-        import yaml
-
-        from testbed.agent_process import CRD_FILE
-
-        ext = _k8s("ApiextensionsV1Api", self.api)
-        crd = yaml.safe_load(CRD_FILE.read_text())
-        ext.create_custom_resource_definition(crd)
-
-        def established() -> bool:
-            got = ext.read_custom_resource_definition(crd["metadata"]["name"])
-            return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
-
-        wait_for("the CRD to be Established", established, 30)
-
     def _start_agent(self) -> None:
 
-        from testbed.agent_process import AgentProcess, expose_agent_service, webhook_configs
+        from testbed.agent_process import AgentProcess, expose_agent_service
         from testbed.certs import CertificateAuthority
+        from testbed.webhooks import register_webhooks, webhook_configs
 
         assert self.bed is not None
         ca = CertificateAuthority("hami-place-demo-agent-ca")
@@ -347,12 +334,12 @@ class Demo:
         )
         save_demo(self.state_dir, self.state)
         say(f"agent running (pid {agent.proc.pid}, {agent.url}, log {agent.proc.log_path})")
-        mutating, validating = webhook_configs(
-            WEBHOOK_CONFIG, agent.url, ca.cert_pem, {"matchLabels": {"hami-place-agent": AGENT_LABEL}}
+        register_webhooks(
+            self.api,
+            *webhook_configs(
+                self.bed.binary("helm"), WEBHOOK_CONFIG, agent.url, ca.cert_pem, {"hami-place-agent": AGENT_LABEL}
+            ),
         )
-        adm = _k8s("AdmissionregistrationV1Api", self.api)
-        adm.create_mutating_webhook_configuration(mutating)
-        adm.create_validating_webhook_configuration(validating)
         self._wait_webhooks()
         say(f"webhooks registered for namespaces labelled hami-place-agent={AGENT_LABEL} (namespace {NAMESPACE})")
         expose_agent_service(self.api, agent, AGENT_NAMESPACE, AGENT_SERVICE)

@@ -8,7 +8,6 @@ with the reason, so a laptop without Go can still run the unit tests.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Iterator
@@ -17,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from testbed.build import BuildError
+from testbed.ci import IN_CI
 from testbed.cluster import TestBed
 from testbed.gpu_nodes import uniform_nodes
 from testbed.processes import StartupError
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -13,9 +13,12 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet, create_placement
+from testbed.crd import install_crd
+from testbed.placements import placement
+from testbed.tokens import admin_token, sa_token
+from testbed.waiting import wait_for
 from testbed.webhook_server import WebhookServer
-from tests.agent.conftest import AgentSet, admin_token, create_placement, install_crd, placement, sa_token
-from tests.helpers import wait_for
 
 pytestmark = pytest.mark.testbed
 
@@ -221,6 +224,69 @@ def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents
     )
     with urllib.request.urlopen(ok, timeout=5, context=a.webhook_ssl_context()) as resp:
         assert json.loads(resp.read())["response"] == {"uid": "abc", "allowed": True}
+
+
+def _placement_review(ns: str, uid: str, spec: object) -> bytes:
+    obj = {
+        "apiVersion": hp.API_VERSION,
+        "kind": hp.KIND,
+        "metadata": {"name": f"crafted-{uid}", "namespace": ns},
+        "spec": spec,
+    }
+    return json.dumps(
+        {
+            "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "request": {
+                "uid": uid,
+                "kind": {"group": hp.GROUP, "version": hp.VERSION, "kind": hp.KIND},
+                "resource": {"group": hp.GROUP, "version": hp.VERSION, "resource": hp.PLURAL},
+                "namespace": ns,
+                "name": obj["metadata"]["name"],
+                "operation": "CREATE",
+                "userInfo": {"username": "mallory", "groups": ["system:authenticated"]},
+                "object": obj,
+            },
+        }
+    ).encode()
+
+
+def test_crafted_placement_reviews_are_denied_precisely_never_500(agents, ans) -> None:
+    """Shapes the CRD's schema forbids never reach the webhook through the API server, but a crafted
+    review (with the API server's client certificate) can carry them: each is denied with what is
+    wrong (422), none answers 500 or logs a traceback (a fuzz run once got 71 such 500s)."""
+    a = agents.agent
+    good = {
+        "reqID": "crafted-1",
+        "podSelector": {"matchLabels": {"app": "x"}},
+        "nodeName": "n",
+        "gpuDevices": ["gpu-0"],
+    }
+    cases = [
+        ({**good, "podSelector": "app=x"}, "spec.podSelector must be an object with matchLabels or matchExpressions"),
+        ({**good, "podSelector": {"matchLabels": ["app", "x"]}}, "spec.podSelector.matchLabels must be an object"),
+        (
+            {**good, "podSelector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}},
+            "spec.podSelector.matchExpressions[0].operator must be one of In, NotIn, Exists, DoesNotExist",
+        ),
+        ("not an object", "spec must be an object, got str 'not an object'"),
+        ({**good, "gpuDevices": "gpu-0"}, "gpuDevices must list 1 to 16 entries like gpu-0 or gpu-0/50"),
+        ({**good, "reqID": 12345}, "spec.reqID must be a string, got int 12345"),
+    ]
+    tracebacks = a.log_tail(100000).count("Traceback")
+    for n, (spec, message) in enumerate(cases):
+        req = urllib.request.Request(
+            a.url + "/validate",
+            data=_placement_review(ans, f"crafted-{n}", spec),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10, context=a.webhook_ssl_context()) as resp:
+            answer = json.loads(resp.read())["response"]
+        assert answer["uid"] == f"crafted-{n}" and answer["allowed"] is False, answer
+        assert answer["status"]["code"] == 422 and message in answer["status"]["message"], answer
+    assert a.log_tail(100000).count("Traceback") == tracebacks, a.log_tail(40)
+    assert a.get("/healthz")[0] == 200
 
 
 def _pod_review(ns: str, app: str) -> bytes:

@@ -13,23 +13,21 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet, create_placement
 from testbed.allocation_standin import AllocationStandIn
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
-from tests.agent.conftest import AgentSet, create_placement, install_crd, placement
-from tests.helpers import deployment, wait_for
+from testbed.placements import placement, placement_status
+from testbed.waiting import wait_for
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
-
-
-def status(api, ns, name) -> dict[str, Any]:
-    obj = client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name)
-    return dict(obj.get("status") or {})
 
 
 def wait_phase(api, ns, name, phases, timeout=60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        st = status(api, ns, name)
+        st = placement_status(api, ns, name)
         if st.get("phase") in phases:
             return st
         if time.monotonic() > deadline:
@@ -148,7 +146,9 @@ def test_pdb_blocks_until_the_deadline_then_a_relaxed_pdb_lets_it_complete(api, 
     node = mover_set.targets[-2]
     create_placement(api, ns, move("blocked", "blocked-01", "guard", node.name, ["gpu-1"], victim.metadata.name, 6))
     waiting = wait_for(
-        "waiting on the PDB", lambda: (st := status(api, ns, "blocked")).get("reason") == "WaitingForPDB" and st, 20
+        "waiting on the PDB",
+        lambda: (st := placement_status(api, ns, "blocked")).get("reason") == "WaitingForPDB" and st,
+        20,
     )
     assert waiting["phase"] == "Evicting"
     assert waiting["message"].startswith("waiting: PDB guard-pdb allows 0 disruptions (")
@@ -162,7 +162,7 @@ def test_pdb_blocks_until_the_deadline_then_a_relaxed_pdb_lets_it_complete(api, 
 
     # Again, and relax the PDB part-way: the move completes.
     create_placement(api, ns, move("relaxed", "relaxed-01", "guard", node.name, ["gpu-1"], victim.metadata.name, 120))
-    wait_for("blocked again", lambda: status(api, ns, "relaxed").get("reason") == "WaitingForPDB", 20)
+    wait_for("blocked again", lambda: placement_status(api, ns, "relaxed").get("reason") == "WaitingForPDB", 20)
     policy.patch_namespaced_pod_disruption_budget("guard-pdb", ns, {"spec": {"minAvailable": 1}})
     done = wait_phase(api, ns, "relaxed", ("Completed", "Failed"), 90)
     assert done["phase"] == "Completed", done
@@ -345,7 +345,9 @@ def test_ten_moves_on_one_workload_never_take_two_pods_down(api, testbed, mover_
         )
     waiting = wait_for(
         "a move waiting for its slot",
-        lambda: [st for i in range(10) if (st := status(api, ns, f"ten-{i}")).get("reason") == "WaitingForMoveSlot"],
+        lambda: [
+            st for i in range(10) if (st := placement_status(api, ns, f"ten-{i}")).get("reason") == "WaitingForMoveSlot"
+        ],
         30,
     )
     assert "(limit 1)" in waiting[0]["message"]

@@ -10,18 +10,16 @@ from kubernetes.client import ApiException
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from tests.agent.conftest import create_placement, placement
-from tests.helpers import deployment, wait_for
+from testbed.agent_set import create_placement
+from testbed.placements import get_placement, placement
+from testbed.waiting import wait_for
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
 
 
 def custom(api):
     return client.CustomObjectsApi(api)
-
-
-def get_placement(api, ns, name):
-    return custom(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name)
 
 
 def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed) -> None:

@@ -1,55 +1,66 @@
-"""The webhook registration: the chart's equals the test bed's, and the API server calls the mutating
-webhook for exactly the pods the agent would consider (agent/mutate.py, is_candidate)."""
+"""The webhook registration: the test bed registers the chart's own (testbed/webhooks.py), and the
+API server calls the mutating webhook for exactly the pods the agent would consider
+(agent/mutate.py, is_candidate)."""
 
 from __future__ import annotations
 
+import base64
 import copy
-import os
-import subprocess
-from pathlib import Path
+import secrets
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
 
 from agent.mutate import is_candidate
-from testbed.agent_process import webhook_configs
+from hami_place_core.requests import HAMI_RESOURCES
+from testbed.webhooks import KINDS, LOCAL_FIELDS, chart_webhooks
 
 pytestmark = pytest.mark.testbed
 
-CHART = Path(__file__).resolve().parents[2] / "chart"
-# Differ by design: the chart points at its Service and scopes by its values, the test bed at a
-# local URL and at each agent set's namespace label.
-PER_INSTALL = ("clientConfig", "namespaceSelector")
+
+def _call(api: Any, verb: str, kind: str) -> Any:
+    """e.g. create_mutating_webhook_configuration for ("create", "MutatingWebhookConfiguration")."""
+    which = "mutating" if kind.startswith("Mutating") else "validating"
+    return getattr(client.AdmissionregistrationV1Api(api), f"{verb}_{which}_webhook_configuration")
 
 
-def _rendered(testbed: Any, tmp_path: Path) -> dict[str, dict[str, Any]]:
-    env = dict(os.environ, KUBECONFIG=str(testbed.kubeconfig))
-    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
-        env[var] = str(tmp_path / var.lower())
-    out = subprocess.run(
-        [str(testbed.binaries["helm"]), "template", "gpu-descheduler", str(CHART), "-n", "kube-system"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    return {d["kind"]: d for d in docs if d["kind"].endswith("WebhookConfiguration")}
+def _as_registered(api: Any, kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as the API server would store it (dry run: defaults such as matchPolicy filled in)."""
+    body = {**config, "metadata": {"name": f"drift-{secrets.token_hex(4)}"}}
+    return dict(api.sanitize_for_serialization(_call(api, "create", kind)(body, dry_run="All")))
 
 
-def test_chart_and_test_bed_register_the_same_webhooks(testbed, tmp_path) -> None:
-    chart = _rendered(testbed, tmp_path)
-    mutating, validating = webhook_configs("x", "https://127.0.0.1:1", b"ca", {})
-    for ours in (mutating, validating):
-        (theirs,) = chart[ours["kind"]]["webhooks"]
-        (mine,) = ours["webhooks"]
-        assert set(theirs) == set(mine), (ours["kind"], set(theirs) ^ set(mine))
-        for field in sorted(set(mine) - set(PER_INSTALL)):
-            assert theirs[field] == mine[field], (ours["kind"], field)
+def _registered(api: Any, kind: str, name: str) -> dict[str, Any]:
+    return dict(api.sanitize_for_serialization(_call(api, "read", kind)(name)))
+
+
+def test_the_test_bed_registers_the_charts_webhooks_but_for_the_local_client_config(api, testbed, agents) -> None:
+    """What the API server holds for the session's agents equals the chart's rendering for the same
+    namespaces in every field (rules, failurePolicy, matchPolicy, matchConditions, namespaceSelector,
+    objectSelector, sideEffects, timeoutSeconds, reinvocationPolicy, admissionReviewVersions) but
+    clientConfig, which calls the local agent by URL on the chart's path with the agent's CA."""
+    chart = chart_webhooks(testbed.binary("helm"), agents.namespace_labels)
+    for kind in KINDS:
+        theirs = _as_registered(api, kind, chart[kind])["webhooks"]
+        mine = _registered(api, kind, agents.config_name)["webhooks"]
+        assert [h["name"] for h in mine] == [h["name"] for h in theirs], kind
+        for want, got in zip(theirs, mine, strict=True):
+            assert set(got) == set(want), (kind, set(got) ^ set(want))
+            for field in sorted(set(want) - set(LOCAL_FIELDS)):
+                assert got[field] == want[field], (kind, field)
+            assert set(got["clientConfig"]) == {"url", "caBundle"}, got["clientConfig"]
+            assert got["clientConfig"]["url"] == agents.agent.url + want["clientConfig"]["service"]["path"]
+            assert base64.b64decode(got["clientConfig"]["caBundle"]) == agents.ca.cert_pem
+    assert {"matchPolicy", "namespaceSelector", "objectSelector", "rules"} <= set(mine[0]), "compared too little"
+
+
+def test_the_charts_pod_match_condition_names_every_hami_resource(testbed) -> None:
+    (hook,) = chart_webhooks(testbed.binary("helm"), {})["MutatingWebhookConfiguration"]["webhooks"]
+    expression = " ".join(c["expression"] for c in hook["matchConditions"])
+    missing = [r for r in HAMI_RESOURCES if repr(r) not in expression]
+    assert not missing, f"chart/templates/webhook.yaml's matchConditions miss {missing}"
 
 
 POD: dict[str, Any] = {

@@ -9,46 +9,30 @@ from __future__ import annotations
 
 import copy
 import secrets
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet
 from testbed.allocation_standin import AllocationStandIn
+from testbed.chart import render_chart
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
+from testbed.placements import placement
 from testbed.processes import StartupError
-from tests.agent.conftest import AgentSet, admin_token, install_crd, placement
-from tests.helpers import deployment
+from testbed.tokens import admin_token
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "hami-place-rbac-min"
 
 
 def _chart_rules(testbed) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    out = subprocess.run(
-        [
-            str(testbed.binaries["helm"]),
-            "template",
-            "gpu-descheduler",
-            str(REPO / "chart"),
-            "-n",
-            NAMESPACE,
-            "--show-only",
-            "templates/rbac.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
+    docs = render_chart(testbed.binary("helm"), NAMESPACE, "--show-only", "templates/rbac.yaml")
     agent_role = next(d for d in docs if d["kind"] == "ClusterRole" and "aggregate" not in str(d["metadata"]))
     lease_role = next(d for d in docs if d["kind"] == "Role")
     return agent_role["rules"], lease_role["rules"]

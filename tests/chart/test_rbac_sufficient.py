@@ -4,46 +4,30 @@
 from __future__ import annotations
 
 import secrets
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet, create_placement
 from testbed.allocation_standin import AllocationStandIn
+from testbed.chart import render_chart
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
-from tests.agent.conftest import AgentSet, create_placement, install_crd, placement
-from tests.helpers import deployment, wait_for
+from testbed.placements import placement
+from testbed.waiting import wait_for
+from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
 
-REPO = Path(__file__).resolve().parents[2]
 RELEASE, NAMESPACE = "gpu-descheduler", "hami-place-rbac"
 
 
 def _render_rbac(testbed) -> list[dict]:
-    out = subprocess.run(
-        [
-            str(testbed.binaries["helm"]),
-            "template",
-            RELEASE,
-            str(REPO / "chart"),
-            "-n",
-            NAMESPACE,
-            "--show-only",
-            "templates/rbac.yaml",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    show = ("--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml")
+    return render_chart(testbed.binary("helm"), NAMESPACE, *show, release=RELEASE)
 
 
 def _token_kubeconfig(testbed, api, sa: str, path: Path) -> Path:

@@ -1,18 +1,10 @@
-"""Fixtures for the plugin's end-to-end tests: the built binary, and a test bed with the agent.
-
-The binary is the PyInstaller build `make binary` produces (built once per source change: its
-inputs' digest is kept next to it), so these tests exercise what users install, not CliRunner.
-"""
+"""Fixtures for the plugin's end-to-end tests: the built binary (tests/cli/plugin_binary.py), and a
+test bed with the agent that the binary reaches (tests/cli/live.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,93 +12,20 @@ import pytest
 from kubernetes import client
 
 from testbed.agent_process import expose_agent_service
+from testbed.agent_set import AgentSet
 from testbed.allocation_standin import AllocationStandIn
 from testbed.cluster import TestBed
+from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
-from tests.agent.conftest import AgentSet, install_crd
+from tests.cli.live import Live
+from tests.cli.plugin_binary import build_binary
 
-ROOT = Path(__file__).resolve().parents[2]
-DIST = ROOT / "build" / "dist"
-BINARY = DIST / "kubectl-hami_place" / "kubectl-hami_place"
 AGENT_NS, AGENT_SVC = "kube-system", "gpu-descheduler-webhook"
-
-
-def _source_digest() -> str:
-    h = hashlib.sha256()
-    for base in ("kubectl_hami_place", "hami_place_core", "release"):
-        for path in sorted((ROOT / base).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(ROOT)).encode())
-                h.update(path.read_bytes())
-    return h.hexdigest()
-
-
-def build_binary() -> Path:
-    """`make binary`'s build, skipped when the sources are unchanged since the last one."""
-    stamp = DIST / "kubectl-hami_place.source-sha256"
-    digest = _source_digest()
-    if BINARY.is_file() and stamp.is_file() and stamp.read_text() == digest:
-        return BINARY
-    cmd = [
-        sys.executable,
-        "-m",
-        "PyInstaller",
-        "--noconfirm",
-        "--log-level=WARN",
-        "--distpath",
-        str(DIST),
-        "--workpath",
-        str(ROOT / "build" / "work"),
-        str(ROOT / "release" / "kubectl-hami_place.spec"),
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise AssertionError(f"PyInstaller failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    stamp.write_text(digest)
-    return BINARY
 
 
 @pytest.fixture(scope="session")
 def binary() -> Path:
     return build_binary()
-
-
-@dataclass
-class Live:
-    """A namespace served by a running agent that the CLI reaches through the service proxy."""
-
-    testbed: TestBed
-    api: Any
-    agents: AgentSet
-    ns: str
-    targets: list[NodeSpec]
-    binary: Path
-
-    def run(
-        self, *args: str, kubeconfig: Path | None = None, timeout: float = 120, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.binary), *args],
-            env=self.env(kubeconfig),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=stdin,
-        )
-
-    def popen(self, *args: str, kubeconfig: Path | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [str(self.binary), *args],
-            env=self.env(kubeconfig),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def env(self, kubeconfig: Path | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HAMI_PLACE_")}
-        env["KUBECONFIG"] = str(kubeconfig or self.testbed.kubeconfig)
-        return env
 
 
 @pytest.fixture(scope="module")

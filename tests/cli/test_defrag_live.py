@@ -22,8 +22,9 @@ from kubernetes import client
 
 from testbed.allocation_standin import AllocationStandIn
 from testbed.gpu_nodes import NodeSpec
-from tests.cli.conftest import Live
-from tests.helpers import deployment, running_pods, wait_for
+from testbed.waiting import running_pods, wait_for
+from testbed.workloads import deployment
+from tests.cli.live import Live
 
 pytestmark = pytest.mark.testbed
 

@@ -15,7 +15,7 @@ from hami_place_core import annotations as ann
 from kubectl_hami_place.cli import cli, main
 from testbed.gpu_nodes import T4, NodeSpec
 from testbed.hami_pods import hami_pod
-from tests.helpers import wait_for
+from testbed.waiting import wait_for
 
 pytestmark = pytest.mark.testbed
 

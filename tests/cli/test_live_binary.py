@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import subprocess
 import time
 from typing import Any
 
@@ -19,16 +18,14 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from tests.cli.conftest import Live
-from tests.helpers import deployment, running_pods, wait_for
+from testbed.placements import get_placement
+from testbed.waiting import running_pods, wait_for
+from testbed.workloads import deployment
+from tests.cli.live import Live
 
 pytestmark = pytest.mark.testbed
 
 FALLBACK_NOTE = "following the placement object instead"
-
-
-def get_placement(api: Any, ns: str, name: str) -> dict[str, Any]:
-    return dict(client.CustomObjectsApi(api).get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name))
 
 
 def placements(api: Any, ns: str) -> list[dict[str, Any]]:
@@ -195,7 +192,7 @@ def test_unreachable_api_server_is_a_one_line_error(live: Live, tmp_path) -> Non
 
 
 def test_forbidden_user_gets_exit_1_and_the_reason(live: Live, tmp_path) -> None:
-    from tests.agent.conftest import sa_token
+    from testbed.tokens import sa_token
 
     kubeconfig = live.testbed.write_token_kubeconfig(
         tmp_path / "nobody.kubeconfig", "nobody", sa_token(live.api, live.ns, "nobody")
@@ -263,7 +260,7 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
 def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(live: Live, tmp_path) -> None:
     """The API server, not the agent, authorizes the progress stream: `get services/proxy` on the
     agent Service's proxy port (the chart's progress-reader Role, tests/chart asserts its shape)."""
-    from tests.agent.conftest import sa_token
+    from testbed.tokens import sa_token
 
     rbac, apps = client.RbacAuthorizationV1Api(live.api), client.AppsV1Api(live.api)
     rbac.create_namespaced_role(
@@ -350,12 +347,12 @@ def _role_ref(name: str) -> dict[str, str]:
     return {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
 
 
-def test_exec_plugin_and_official_client_paths_reach_the_same_answer(live: Live, tmp_path) -> None:
-    """The fast kubeconfig path runs exec credential plugins; HAMI_PLACE_KUBE_CLIENT=official (and
-    any kubeconfig shape the fast path does not take) goes through the official client."""
+def test_exec_plugin_and_client_certificate_reach_the_same_answer(live: Live, tmp_path) -> None:
+    """The binary runs exec credential plugins (hami_place_core/kube) and sees what the test bed's
+    client-certificate kubeconfig sees; a missing plugin is a one-line error."""
     import yaml
 
-    from tests.agent.conftest import admin_token
+    from testbed.tokens import admin_token
 
     client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("paths", replicas=0))
     assert (
@@ -377,16 +374,10 @@ def test_exec_plugin_and_official_client_paths_reach_the_same_answer(live: Live,
     (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(kc))
     via_exec = live.run("status", "-A", "-o", "json", kubeconfig=tmp_path / "exec.kubeconfig")
     assert via_exec.returncode == 0, via_exec.stderr
-    official = subprocess.run(
-        [str(live.binary), "status", "-A", "-o", "json"],
-        env={**live.env(), "HAMI_PLACE_KUBE_CLIENT": "official"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert official.returncode == 0, official.stderr
+    via_cert = live.run("status", "-A", "-o", "json")
+    assert via_cert.returncode == 0, via_cert.stderr
     names = lambda out: sorted(i["name"] for i in json.loads(out)["items"])  # noqa: E731
-    assert names(via_exec.stdout) == names(official.stdout) and names(official.stdout)
+    assert names(via_exec.stdout) == names(via_cert.stdout) and names(via_cert.stdout)
     kc["users"][0]["user"]["exec"]["command"] = str(tmp_path / "missing-plugin")
     (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(kc))
     broken = live.run("status", "-A", kubeconfig=tmp_path / "exec.kubeconfig")

@@ -20,7 +20,7 @@ from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot
 from hami_place_core.state import build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.plan_cmd import plan
-from tests.unit.test_planner import node, pod
+from tests.planner_fixtures import node, pod
 
 REQ_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -182,7 +182,7 @@ def test_help_and_import_stay_light() -> None:
 @pytest.fixture
 def subset14(tmp_path: Path) -> str:
     """16 nodes of the example where the exact planner frees 4 GPUs and the greedy one 3."""
-    from tests.unit.test_planner_exact import subset_raw
+    from tests.planner_fixtures import subset_raw
 
     nodes, pods = subset_raw()
     return write_snapshot(tmp_path / "subset14.json", nodes, pods)

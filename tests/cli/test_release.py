@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testbed import build
-from tests.cli.conftest import ROOT, build_binary
+from tests.cli.plugin_binary import ROOT, build_binary
 
 
 def _release() -> ModuleType:
@@ -53,7 +53,7 @@ def test_the_binary_carries_the_exact_planner(archive: Path, tmp_path: Path) -> 
     from hami_place_core.fragmentation import cluster_metrics, mix_from_state
     from hami_place_core.snapshot import make_snapshot
     from hami_place_core.state import build_state
-    from tests.unit.test_planner_exact import subset_raw
+    from tests.planner_fixtures import subset_raw
 
     nodes, pods = subset_raw()
     state = build_state(nodes, pods)

@@ -17,12 +17,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from tests.helpers import wait_for
+from testbed.crd import CRD_FILE, CRD_NAME, install_crd
 
 pytestmark = pytest.mark.testbed
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "hamipodplacements.scheduling.hami.placement.com.yaml"
-CRD_NAME = "hamipodplacements.scheduling.hami.placement.com"
 GROUP, VERSION, PLURAL = "scheduling.hami.placement.com", "v1", "hamipodplacements"
 
 # The upstream doc's example, verbatim except for the namespace (each test gets its own).
@@ -78,29 +76,6 @@ def _rejection(call: Any) -> str:
         call()
     assert refused.value.status == 422, refused.value.body
     return json.loads(refused.value.body)["message"]
-
-
-def install_crd(api) -> str:
-    """Create the CRD from crds/, or replace it if it exists; wait for Established. Returns what it did."""
-    ext = client.ApiextensionsV1Api(api)
-    manifest = yaml.safe_load(CRD_FILE.read_text())
-    try:
-        ext.create_custom_resource_definition(manifest)
-        action = "created"
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        current = ext.read_custom_resource_definition(CRD_NAME)
-        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(CRD_NAME, manifest)
-        action = "replaced"
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(CRD_NAME)
-        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
-
-    wait_for("CRD Established", established)
-    return action
 
 
 @pytest.fixture(scope="module")

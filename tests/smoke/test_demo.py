@@ -22,8 +22,8 @@ import pytest
 
 from hami_place_core import annotations as ann
 from testbed import build, demo
+from testbed.ci import IN_CI
 from testbed.gpu_nodes import NodeSpec
-from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.testbed
 

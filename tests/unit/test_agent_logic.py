@@ -14,13 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.admission import Verdict, build_response, parse_review
-from agent.cache import ClusterCache, Informer
+from agent.cache import ClusterCache
 from agent.claims import ClaimIndex, open_for_claims
 from agent.config import ConfigError, Settings
 from agent.controller import PlacementController
 from agent.errors import InvalidRequest
-from hami_place_core import kube_errors
+from agent.informer import Informer
 from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, pin_patch
 from hami_place_core.selectors import SelectorError, matches
 from hami_place_core.targets import parse_targets
@@ -247,9 +248,9 @@ def test_informer_relists_on_410_and_reconciles_the_store() -> None:
         kube = FakeKube()
         inf = Informer(kube, "/x", "things")  # type: ignore[arg-type]
         seen: list[tuple[str, str]] = []
-        inf.listeners.append(lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])))
+        inf.subscribe(lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])))
         task = asyncio.create_task(inf.run())
-        await asyncio.wait_for(inf.synced.wait(), 2)
+        await asyncio.wait_for(inf.wait_synced(), 2)
         while kube.lists < 2:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
@@ -258,7 +259,7 @@ def test_informer_relists_on_410_and_reconciles_the_store() -> None:
 
     inf, kube, seen = asyncio.run(scenario())
     assert kube.lists == 2 and inf.relists == 2
-    assert set(inf.store) == {"a", "c"}  # b, seen only on the watch, is gone after the relist
+    assert set(inf.keys()) == {"a", "c"}  # b, seen only on the watch, is gone after the relist
     assert seen == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c"), ("DELETED", "b")]
     assert inf.resource_version == "20"
 
@@ -367,8 +368,9 @@ def test_controller_passes_look_at_what_changed_and_at_expired_leases() -> None:
             status = {"phase": phase, **({"claimLeaseExpiresAt": lease} if lease else {})}
             spec = {"reqID": name, "podSelector": {"matchLabels": {"app": name}}, "nodeName": "n"}
             obj = {"metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"}, "status": status}
-            cache.placements.apply(
-                {"type": "MODIFIED", "object": {**obj, "spec": {**spec, **({"evictPod": "x"} if move else {})}}}
+            cache.apply(
+                "placements",
+                {"type": "MODIFIED", "object": {**obj, "spec": {**spec, **({"evictPod": "x"} if move else {})}}},
             )
 
         put("old", hp.CLAIMED, lease="2000-01-01T00:00:00Z")
@@ -378,12 +380,12 @@ def test_controller_passes_look_at_what_changed_and_at_expired_leases() -> None:
         assert ctl._due() == {"ns/mv", "ns/old"}  # then moves, and leases that expired
         assert ctl._due() == {"ns/mv"}
         pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {hp.POD_PLACEMENT: "later"}}}
-        cache.pods.apply({"type": "ADDED", "object": pod})
+        cache.apply("pods", {"type": "ADDED", "object": pod})
         assert ctl._due() == {"ns/mv", "ns/later"}  # a pod that names its placement
         put("mv", hp.COMPLETED, move=True)
         assert ctl._due() == {"ns/mv"}  # changed once more, then finished: no longer every pass
         assert ctl._due() == set()
-        cache.namespaces.apply({"type": "MODIFIED", "object": {"metadata": {"name": "ns", "labels": {"a": "b"}}}})
+        cache.apply("namespaces", {"type": "MODIFIED", "object": {"metadata": {"name": "ns", "labels": {"a": "b"}}}})
         assert ctl._due() == {"ns/old", "ns/later", "ns/mv"}
 
     asyncio.run(scenario())
@@ -435,13 +437,14 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     from agent.validate import check_target
     from hami_place_core.annotations import GpuDevice
     from hami_place_core.placement import Placement
+    from hami_place_core.problems import Code
     from hami_place_core.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
     devices = [
         GpuDevice(uuid=gpu_uuid("n1", 0), index=0, count=10, devmem=81920, devcore=100, type="NVIDIA-A100", health=True)
     ]
-    cache.nodes.apply({"type": "ADDED", "object": node_manifest("n1", devices, cpu_milli=8000, memory_mib=65536)})
+    cache.apply("nodes", {"type": "ADDED", "object": node_manifest("n1", devices, cpu_milli=8000, memory_mib=65536)})
     hog = {
         "metadata": {"name": "hog", "namespace": "other"},
         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "7"}}}]},
@@ -456,7 +459,7 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
         "status": {"phase": "Running"},
     }
     for pod in (hog, web):
-        cache.pods.apply({"type": "ADDED", "object": pod})
+        cache.apply("pods", {"type": "ADDED", "object": pod})
     placement = Placement.from_object(
         {
             "metadata": {"name": "p", "namespace": "ns"},
@@ -468,8 +471,8 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
             },
         }
     )
-    assert check_target(cache, placement, []) == [
-        "node n1 has no room for the pod: Insufficient cpu (1 free, 2 requested)"
+    assert [(x.code, x.message) for x in check_target(cache, placement, [])] == [
+        (Code.NO_NODE_ROOM, "node n1 has no room for the pod: Insufficient cpu (1 free, 2 requested)")
     ]
-    cache.pods.apply({"type": "DELETED", "object": hog})
+    cache.apply("pods", {"type": "DELETED", "object": hog})
     assert check_target(cache, placement, []) == []

@@ -188,7 +188,7 @@ def test_reporter_on_a_tty_draws_a_spinner_line_and_clears_it() -> None:
 
 
 def test_progress_stream_waits_for_the_agents_cache_but_not_for_a_missing_service() -> None:
-    from hami_place_core import kube_errors
+    from hami_place_core.kube import errors as kube_errors
     from kubectl_hami_place.follow import AgentRef, _sse_views_when_cached
 
     class FakeKube:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import openb_replay as ob
 from hami_place_core import annotations as ann
 from hami_place_core.examples import EXAMPLES, open_snapshot_text, resolve_snapshot
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.requests import GpuRequest, pod_request
 from hami_place_core.snapshot import load_snapshot, make_snapshot
 from hami_place_core.state import build_state
+from testbed import openb as ob
 
 NODE_FIELDS = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
 POD_FIELDS = [

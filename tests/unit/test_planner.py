@@ -9,97 +9,18 @@ from typing import Any
 import pytest
 
 from hami_place_core import annotations as ann
-from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
 from hami_place_core.examples import resolve_snapshot
-from hami_place_core.planning import Move, PlanOptions, apply_moves, check_moves, plan
+from hami_place_core.planning import Move, PlanOptions, check_moves, plan
 from hami_place_core.planning.bounds import l2, l2_bound, pattern_bound
 from hami_place_core.planning.constraints import node_refusal, tolerates, untolerated_taint
-from hami_place_core.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
+from hami_place_core.simulate import gpu_uuid
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
-
-A100 = ("NVIDIA A100-SXM4-80GB", 81920)
-T4 = ("NVIDIA-Tesla T4", 15360)
-
-
-# ---- builders (also used by the property tests) -----------------------------------------------------
-def node(
-    name: str,
-    n: int = 2,
-    model: tuple[str, int] = A100,
-    labels: dict[str, str] | None = None,
-    taints: list[dict[str, Any]] | None = None,
-    unschedulable: bool = False,
-    count: int = 10,
-    unhealthy: tuple[int, ...] = (),
-    cordoned: tuple[int, ...] = (),
-    ready: bool = True,
-) -> dict[str, Any]:
-    devices = [
-        GpuDevice(gpu_uuid(name, i), i, count, model[1], 100, model[0], health=i not in unhealthy) for i in range(n)
-    ]
-    out = node_manifest(name, devices, labels=labels, ready=ready)
-    out["spec"] = {**({"taints": taints} if taints else {}), **({"unschedulable": True} if unschedulable else {})}
-    if cordoned:
-        out["metadata"]["annotations"][ann.NODE_DEVICE_CORDON] = ",".join(gpu_uuid(name, i) for i in cordoned)
-    return out
-
-
-def limits(pct: int, nums: int = 1, mem_mib: int | None = None) -> dict[str, str]:
-    if pct >= 100:
-        return {"nvidia.com/gpu": str(nums), "nvidia.com/gpucores": "100"}
-    out = {"nvidia.com/gpu": str(nums), "nvidia.com/gpucores": str(pct)}
-    if mem_mib is not None:
-        out["nvidia.com/gpumem"] = str(mem_mib)
-    else:
-        out["nvidia.com/gpumem-percentage"] = str(pct)
-    return out
-
-
-def pod(
-    name: str,
-    node_name: str,
-    gpus: tuple[int, ...],
-    pct: int,
-    devmem: int = A100[1],
-    *,
-    namespace: str = "ns",
-    owner: tuple[str, str] | str | None = "rs",
-    annotations: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-    spec: dict[str, Any] | None = None,
-    mem_mib: int | None = None,
-) -> dict[str, Any]:
-    """A running pod HAMi bound to GPU indices `gpus` of `node_name`, pct% of each (100 = whole)."""
-    own = (("ReplicaSet", f"{name}-rs") if owner == "rs" else owner) if owner is not None else None
-    manifest = pod_manifest(
-        name,
-        namespace,
-        limits(pct, len(gpus), mem_mib),
-        annotations=annotations,
-        labels=labels,
-        owner=own,  # type: ignore[arg-type]
-    )
-    manifest["spec"].update(spec or {})
-    mem = mem_mib if mem_mib is not None else devmem * min(pct, 100) // 100
-    devs = tuple(ContainerDevice(gpu_uuid(node_name, i), NVIDIA_DEVICE_TYPE, mem, min(pct, 100)) for i in gpus)
-    return bind(manifest, Placement(node_name, (devs,), 0.0))
+from tests.planner_fixtures import T4, node, pod, replay
 
 
 def state_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ClusterState:
     return build_state(nodes, pods)
-
-
-def replay(state: ClusterState, moves: tuple[Move, ...] | list[Move]) -> None:
-    """Independent of check_moves: replay on a copy, usage never above capacity after any move."""
-    s = apply_moves(state, [])
-    for m in moves:
-        s = apply_moves(s, [m])
-        for n in s.nodes.values():
-            for d in n.devices:
-                u = n.usage[d.uuid]
-                assert u.used <= d.count and u.usedmem <= d.devmem and u.usedcores <= d.devcore, (m, d, u)
-    assert not check_moves(state, list(moves))
 
 
 # ---- exact small cases ----------------------------------------------------------------------------

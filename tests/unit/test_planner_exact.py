@@ -9,32 +9,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from functools import cache
-from typing import Any
 
 import pytest
 
-from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
 from hami_place_core.planning import exact as planner_exact
 from hami_place_core.planning.milp_bounds import milp_bound
-from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
-from tests.unit.test_planner import node, pod, replay
-
-SUBSET_14 = [
-    f"openb-node-{n:04d}" for n in (35, 37, 213, 397, 421, 576, 606, 666, 798, 823, 886, 1008, 1023, 1032, 1174, 1211)
-]
-
-
-@cache
-def subset_raw() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    nodes, pods, _ = load_snapshot(resolve_snapshot("example"))
-    keep = set(SUBSET_14)
-    return (
-        [n for n in nodes if n["metadata"]["name"] in keep],
-        [p for p in pods if (p.get("spec") or {}).get("nodeName") in keep],
-    )
+from tests.planner_fixtures import node, pod, replay, subset_raw
 
 
 def subset() -> ClusterState:

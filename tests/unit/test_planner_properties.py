@@ -21,7 +21,7 @@ from hami_place_core.planning.constraints import node_refusal, untolerated_taint
 from hami_place_core.requests import pod_request
 from hami_place_core.simulate import Simulator, bind, pod_manifest
 from hami_place_core.state import ClusterState, build_state
-from tests.unit.test_planner import A100, T4, limits, node
+from tests.planner_fixtures import A100, T4, limits, node
 
 TAINT = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}
 OWNERS = ["ReplicaSet"] * 5 + ["StatefulSet", "Job", "DaemonSet", None]

@@ -1,24 +1,8 @@
-"""Small helpers for test-bed tests: polling and object builders."""
+"""Workload manifests for the test bed: GPU Deployments HAMi (or its stand-in profile) schedules."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1) -> T:
-    """Poll fn() until it returns something truthy; fail with `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+from typing import Any
 
 
 def deployment(
@@ -31,6 +15,7 @@ def deployment(
     extra_limits: dict[str, str] | None = None,
     pod_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A Deployment of pause containers asking for `gpu` GPUs (none with gpu=0), gone at once when deleted."""
     labels = labels or {"app": name}
     limits = {"nvidia.com/gpu": str(gpu), **(extra_limits or {})} if gpu else dict(extra_limits or {})
     spec: dict[str, Any] = {
@@ -53,6 +38,7 @@ def deployment(
 
 
 def node_affinity(node: str) -> dict[str, Any]:
+    """A required node affinity to one node by name (matchFields), as a placement's pin writes it."""
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -60,8 +46,3 @@ def node_affinity(node: str) -> dict[str, Any]:
             }
         }
     }
-
-
-def running_pods(core: Any, namespace: str, selector: str) -> list[Any]:
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]

@@ -1,6 +1,7 @@
-"""Typed Kubernetes API errors: the one place an ``ApiException`` becomes something callers catch.
+"""Typed Kubernetes API errors: the one place an HTTP status becomes something callers catch.
 
-Callers write ``except NotFound`` instead of comparing status codes. The Kubernetes ``Status``
+Both transports (the CLI's urllib3 adapter, the agent's aiohttp one) and the watch decoder raise
+these, so callers write ``except NotFound`` instead of comparing status codes. The Kubernetes ``Status``
 message is kept (cut to a sane length: error bodies can be large and may echo object content),
 and the original exception is chained as ``__cause__``. Network and TLS failures become
 :class:`Unreachable`, with the server address, because that is what a user can act on.
@@ -37,6 +38,16 @@ class KubeError(Exception):
 
 class Unreachable(KubeError):
     """The API server could not be reached (connection refused, TLS, DNS, timeout)."""
+
+
+class ConfigError(KubeError):
+    """The kubeconfig (or the pod's service account) cannot give a connection: a missing file or
+    context, a malformed entry, unreadable certificate data."""
+
+
+class CredentialError(KubeError):
+    """The credentials could not be obtained right now: an exec plugin failed, a token file is
+    gone. Raised when loading and again on a refresh, so it names its source itself."""
 
 
 class BadRequest(KubeError):
@@ -112,7 +123,7 @@ def from_status(status: int, raw_body: str | bytes | None, fallback: str = "") -
 
 
 def wrap(exc: BaseException, server: str = "") -> KubeError:
-    """Convert an exception from the official client (or urllib3) into a typed KubeError."""
+    """Convert a transport's exception (urllib3, aiohttp, a socket or TLS error) into a typed KubeError."""
     status = getattr(exc, "status", None)
     if isinstance(status, int) and status > 0:
         err = from_status(status, getattr(exc, "body", None), getattr(exc, "reason", "") or "")

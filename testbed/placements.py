@@ -1,0 +1,34 @@
+"""HamiPodPlacement objects on the test bed: a manifest builder and reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hami_place_core import placement as hp
+
+
+def placement(
+    name: str, req_id: str, labels: dict[str, str], node: str, gpus: list[str], evict: str | None = None
+) -> dict[str, Any]:
+    """A placement of the pod labelled `labels` onto `gpus` of `node` (moving pod `evict`, if given)."""
+    spec: dict[str, Any] = {
+        "reqID": req_id,
+        "podSelector": {"matchLabels": labels},
+        "nodeName": node,
+        "gpuDevices": gpus,
+    }
+    if evict:
+        spec["evictPod"] = evict
+    return {"apiVersion": hp.API_VERSION, "kind": hp.KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def get_placement(api: Any, ns: str, name: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    custom: Any = client.CustomObjectsApi(api)
+    return dict(custom.get_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, name))
+
+
+def placement_status(api: Any, ns: str, name: str) -> dict[str, Any]:
+    """The placement's status ({} until the agent writes one)."""
+    return dict(get_placement(api, ns, name).get("status") or {})

@@ -1,0 +1,48 @@
+"""Bearer tokens for ServiceAccounts on the test bed, for calls to the agent's REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ADMIN: dict[str, str] = {}  # API server URL -> its admin token: one ServiceAccount per test bed
+
+
+def sa_token(api: Any, ns: str, sa: str) -> str:
+    """A one-hour token of ServiceAccount ns/sa, creating the account if needed."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    core: Any = client.CoreV1Api(api)  # untyped: the client takes plain dicts
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": sa}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return str(core.create_namespaced_service_account_token(sa, ns, {"spec": {"expirationSeconds": 3600}}).status.token)
+
+
+def admin_token(api: Any) -> str:
+    """A bearer token with cluster-admin, for the agent's REST API."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    server = str(api.configuration.host)
+    if server not in _ADMIN:
+        rbac: Any = client.RbacAuthorizationV1Api(api)
+        try:
+            rbac.create_cluster_role_binding(
+                {
+                    "metadata": {"name": "hami-place-test-reader"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}],
+                }
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        _ADMIN[server] = sa_token(api, "default", "reader")
+    return _ADMIN[server]

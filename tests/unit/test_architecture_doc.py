@@ -1,0 +1,55 @@
+"""docs/architecture.md stays true: its state diagram is the transition table's, and it names every
+module of the product packages and the harness (a new module must be placed in the map). Pure."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGES = (
+    "hami_place_core",
+    "hami_place_core/kube",
+    "hami_place_core/planning",
+    "kubectl_hami_place",
+    "agent",
+    "testbed",
+)
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("architecture_diagram", ROOT / "release" / "architecture_diagram.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_state_diagram_is_generated_from_the_transition_table() -> None:
+    from hami_place_core.lifecycle import mermaid
+
+    text = DOC.read_text()
+    assert text == _load_generator().render(text), "docs/architecture.md's diagram is stale: run `make docs`"
+    assert mermaid() in text
+
+
+def _modules() -> list[tuple[str, str]]:
+    out = []
+    for pkg in PACKAGES:
+        for f in sorted((ROOT / pkg).glob("*.py")):
+            if not f.name.startswith("__"):
+                out.append((pkg, f.stem))
+    return out
+
+
+@pytest.mark.parametrize(("package", "module"), _modules())
+def test_every_module_has_its_place_on_the_map(package: str, module: str) -> None:
+    text = DOC.read_text()
+    section = text.split(f"**`{package}/`", 1)
+    assert len(section) == 2, f"docs/architecture.md has no paragraph for {package}/"
+    paragraph = section[1].split("\n\n", 1)[0]
+    assert f"`{module}" in paragraph, f"docs/architecture.md's {package}/ paragraph never names {module}.py"

@@ -1,0 +1,52 @@
+"""Structure: agent/transitions.py is the only module of the agent that writes a placement's status,
+and the old writers only observe."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+AGENT = Path(__file__).resolve().parents[2] / "agent"
+WRITER = "transitions.py"
+
+
+def _status_writes(tree: ast.AST) -> list[str]:
+    """What in a module looks like a status write: a placement path to the status subresource, a
+    string naming it, or a PUT/PATCH of anything but the leader's Lease."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "status" and isinstance(node.value, ast.Constant):
+            if node.value.value is True:
+                found.append(f"line {node.value.lineno}: status=True (the status subresource)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("/status"):
+            found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "request":
+            method = node.args[0] if node.args else None
+            if isinstance(method, ast.Constant) and method.value in ("PUT", "PATCH"):
+                found.append(f"line {node.lineno}: {method.value}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("_write", "write_status"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_only_transitions_writes_status() -> None:
+    writes = {
+        path.name: found
+        for path in sorted(AGENT.glob("*.py"))
+        if (found := _status_writes(ast.parse(path.read_text(), str(path))))
+    }
+    leader = writes.pop("leader.py", [])
+    assert all(w.endswith(": PUT") for w in leader), leader  # its Lease, not a placement
+    assert set(writes) == {WRITER}, writes
+
+
+def test_the_checker_sees_a_status_write() -> None:
+    sneaky = 'async def f(kube, p):\n    await kube.request("PUT", placement_path(p.namespace, p.name, status=True))\n'
+    assert len(_status_writes(ast.parse(sneaky))) == 2
+
+
+def test_the_old_writers_call_the_transitions() -> None:
+    for name in ("mutate.py", "controller.py", "mover.py"):
+        source = (AGENT / name).read_text()
+        assert "transitions.apply(" in source, name
+        assert "merge_conditions" not in source and '"phase":' not in source, name
