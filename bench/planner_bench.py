@@ -12,16 +12,16 @@ after, and whether ``check_moves`` accepts the moves in order (GPU Fit, node con
 memory and pod slots, move by move). Upper bounds on the GPUs any plan can free: the Martello–Toth
 L2 bound, and the exact optimum of the same relaxation (cutting stock, HiGHS), both blind to node
 CPU and memory; the node-room bound (an aggregated MILP with per-node CPU, memory and pod-slot rows,
-``planner_bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
+``planning.milp_bounds.node_room_bound``), the tightest; the LP lower bound on the moves needed for the
 planner's gain. The target check: by that LP (blind to node room and order, so it holds for every
 plan), the fewest moves per GPU for 92% of the node-room bound's gain, and the most GPUs any plan
-can free at no more than 1.3 moves per GPU (``planner_bounds.most_gain_at_rate``). On random
+can free at no more than 1.3 moves per GPU (``planning.bounds.most_gain_at_rate``). On random
 subsets of nodes, the MILP optimum (HiGHS, proven within the time limit, node rows included)
 against the planner, and whether the MILP's solution can be put in a valid order (the MILP ignores
 order, so where it cannot, its optimum may be out of any plan's reach).
 Every baseline checks node room for its moves as the planner does. Methods:
 
-- ``hami-place``: :func:`hami_place_core.planner.plan` with its defaults;
+- ``hami-place``: :func:`hami_place_core.planning.plan` with its defaults;
 - ``hami-place ≤1.3/GPU``: the longest prefix of that plan with at most 1.3 moves per freed GPU
   (every prefix of a plan is a valid plan);
 - ``best-fit greedy``: the planner without ejection chains or rerouting (``max_moves_per_gpu=1``):
@@ -60,18 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
 from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
 from hami_place_core.node_resources import Resources
-from hami_place_core.planner import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
-from hami_place_core.planner_bounds import (
-    MilpResult,
-    l2_bound,
-    milp_bound,
-    most_gain_at_rate,
-    move_frontier,
-    node_room_bound,
-    pattern_bound,
-    restrict,
-)
-from hami_place_core.planner_constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.planning import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
+from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_frontier, pattern_bound, restrict
+from hami_place_core.planning.constraints import immovable_reason, node_refusal, node_schedulable
+from hami_place_core.planning.milp_bounds import MilpResult, milp_bound, node_room_bound
 from hami_place_core.requests import GpuRequest
 from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
@@ -351,7 +343,8 @@ def random_moves(state: ClusterState, options: PlanOptions, count: int, seed: in
     return v.moves
 
 
-def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:
+# The baseline exactly as the tables in docs/planner.md measured it: split it only with a bench re-run.
+def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:  # noqa: C901
     v = View.of(state, options)
     movable = set(v.movable)
     gpus = sorted(u for u in v.usage if v.countable(u))
@@ -553,7 +546,8 @@ def bench_state(label: str, state: ClusterState, args: argparse.Namespace) -> di
     }
 
 
-def orderable(state: ClusterState, assignment: Mapping[str, str], budget: int = 50_000) -> bool | None:
+# The referee of the MILP subsets, as benchmarked (docs/planner.md): split it only with a bench re-run.
+def orderable(state: ClusterState, assignment: Mapping[str, str], budget: int = 50_000) -> bool | None:  # noqa: C901
     """Whether the MILP's moves (it ignores their order) can be made one at a time, each valid when
     made (HAMi's Fit on the target GPU, CPU, memory and a pod slot on the target node): an
     exhaustive search over the orders, where the state after a set of moves is the same whichever

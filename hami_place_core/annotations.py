@@ -41,7 +41,7 @@ USE_GPU_TYPE = "nvidia.com/use-gputype"
 NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 
 # hami-place's own pod annotation: "false" keeps the defragmentation planner from moving the pod
-# (any other value, or none, allows it). Read by hami_place_core.planner.
+# (any other value, or none, allows it). Read by hami_place_core.planning.
 POD_DEFRAG = "scheduling.hami.placement.com/defrag"
 
 # Pod annotations the domain model reads (snapshots and the agent's cache keep these, drop the rest).

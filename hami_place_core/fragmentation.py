@@ -19,7 +19,7 @@ it is unhealthy, since nothing can then be placed on it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +176,16 @@ def node_metrics(node: NodeState, mix: WorkloadMix, fits: FitTable | None = None
             m.whole_free += 1
         else:
             m.stranded += share
+    m.fgd = node_fgd(mix, fits, ids, shares, schedulable)
+    return m
+
+
+def node_fgd(mix: WorkloadMix, fits: FitTable, ids: Sequence[int], shares: Sequence[float], schedulable: bool) -> float:
+    """F_n(M) = Σ_m p_m·F_n(m) of a node whose GPUs have fit-state ids `ids` (in `fits`, a table
+    for `mix`) and free capacities `shares` (:func:`free_share`): the one place the formula lives,
+    for the cluster metrics and for the planner, which keeps the ids and shares of its own GPU
+    usage as it changes (:mod:`hami_place_core.planning.fgd`). A node nothing can be scheduled on
+    strands all its free capacity."""
     total = sum(shares)
     fgd = 0.0
     for (task, p), row in zip(mix.tasks, fits.table[1:], strict=True):
@@ -189,8 +199,7 @@ def node_metrics(node: NodeState, mix: WorkloadMix, fits: FitTable | None = None
             else:
                 unusable += share
         fgd += p * (total if usable < task.request.nums else unusable)
-    m.fgd = fgd
-    return m
+    return fgd
 
 
 WHOLE = TaskType(WHOLE_GPU)

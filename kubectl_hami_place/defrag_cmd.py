@@ -63,7 +63,7 @@ def defrag(
     from dataclasses import replace
 
     from hami_place_core import placement as hp
-    from hami_place_core.planner import PlanOptions, SolverUnavailable, plan
+    from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
     from kubectl_hami_place.inspect_cmd import live_state
     from kubectl_hami_place.kube import Kube
     from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest

@@ -83,8 +83,8 @@ def plan(
       kubectl hami-place plan --objective fragmentation -o json
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
     """
-    from hami_place_core.planner import PlanOptions, SolverUnavailable
-    from hami_place_core.planner import plan as make_plan
+    from hami_place_core.planning import PlanOptions, SolverUnavailable
+    from hami_place_core.planning import plan as make_plan
     from hami_place_core.state import build_state
 
     if snapshot:

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from hami_place_core import annotations as ann
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
-from hami_place_core.planner import Move, check_moves
+from hami_place_core.planning import Move, check_moves
 from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot
 from hami_place_core.state import build_state
 from kubectl_hami_place.errors import UserError
@@ -173,7 +173,7 @@ def test_help_and_import_stay_light() -> None:
     assert "--exclude-namespace" in ok("--help")
     code = (
         "import sys, kubectl_hami_place.plan_cmd; "
-        "heavy = [m for m in ('kubernetes', 'hami_place_core.planner', 'yaml', 'tabulate') if m in sys.modules]; "
+        "heavy = [m for m in ('kubernetes', 'hami_place_core.planning', 'yaml', 'tabulate') if m in sys.modules]; "
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
@@ -203,7 +203,7 @@ def test_solver_choice_and_what_the_plan_says_about_it(subset14: str) -> None:
 
 
 def test_solver_exact_without_highspy_is_a_user_error(subset14: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hami_place_core import planner_exact
+    from hami_place_core.planning import exact as planner_exact
 
     monkeypatch.setattr(planner_exact, "available", lambda: False)
     result = invoke("--snapshot", subset14, "--solver", "exact")

@@ -7,7 +7,7 @@ from typing import Any
 
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.node_resources import Resources, node_allocatable, pod_requests
-from hami_place_core.planner import PlanOptions, check_moves, plan
+from hami_place_core.planning import PlanOptions, check_moves, plan
 from hami_place_core.quantity import parse_quantity
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import build_state, delete_pod, upsert_pod

@@ -10,9 +10,9 @@ import pytest
 
 from hami_place_core import annotations as ann
 from hami_place_core.examples import resolve_snapshot
-from hami_place_core.planner import Move, PlanOptions, check_moves, plan
-from hami_place_core.planner_bounds import l2, l2_bound, pattern_bound
-from hami_place_core.planner_constraints import node_refusal, tolerates, untolerated_taint
+from hami_place_core.planning import Move, PlanOptions, check_moves, plan
+from hami_place_core.planning.bounds import l2, l2_bound, pattern_bound
+from hami_place_core.planning.constraints import node_refusal, tolerates, untolerated_taint
 from hami_place_core.simulate import gpu_uuid
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
@@ -83,7 +83,7 @@ def test_ejection_chain_frees_a_gpu_direct_moves_cannot() -> None:
 
 def test_matches_the_milp_optimum_and_its_fewest_moves() -> None:
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import milp_bound
+    from hami_place_core.planning.milp_bounds import milp_bound
 
     s = _chain_case()
     p = plan(s)
@@ -96,7 +96,7 @@ def test_never_beats_the_bounds_and_misses_by_at_most_one_here() -> None:
     fit), where the optimum keeps that room for a 32%. The bounds hold in order. The exact
     planner (the default where HiGHS is installed and the cluster is small) finds the optimum."""
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import milp_bound
+    from hami_place_core.planning.milp_bounds import milp_bound
 
     sizes = [[47], [47], [47, 32], [65], [65], [32, 32], [23], [81], [81, 16], [59], [46, 32], [22, 22]]
     pods = [pod(f"p{g}-{k}", f"n{g // 4}", (g % 4,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
@@ -130,7 +130,7 @@ def test_the_move_bound_and_the_most_gpus_at_a_rate() -> None:
     25% into a 60% GPU, or a 60% out and a 25% in its place), so at 1.3 moves per GPU nothing can
     be freed, and the planner's plan is exactly the bound."""
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import most_gain_at_rate, move_frontier
+    from hami_place_core.planning.bounds import most_gain_at_rate, move_frontier
 
     sizes = [[25, 25], [60], [60]]
     pods = [pod(f"p{g}-{k}", "n0", (g,), pct) for g, c in enumerate(sizes) for k, pct in enumerate(c)]
@@ -150,7 +150,7 @@ def test_the_milp_counts_node_cpu_as_the_planner_does(cpu: str, gain: int) -> No
     """Two 64-CPU nodes, one pod each (40% and 30% of a GPU): merging them frees a GPU unless the
     two pods' CPU requests overflow either node; the relaxations without node rows still say 1."""
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import milp_bound, node_room_bound
+    from hami_place_core.planning.milp_bounds import milp_bound, node_room_bound
 
     pods = [pod("a", "n1", (0,), 40), pod("b", "n2", (0,), 30)]
     for p in pods:
@@ -559,7 +559,7 @@ def test_a_pod_a_placement_pinned_can_be_moved_again() -> None:
 
 
 def test_stopping_points_are_the_shortest_prefixes_for_each_share_of_the_gain() -> None:
-    from hami_place_core.planner import Plan, PlanMetrics
+    from hami_place_core.planning import Plan, PlanMetrics
 
     def mv(i: int, frees: int = 0, takes: int = 0) -> Move:
         return Move(

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from hami_place_core import planner_exact
-from hami_place_core.planner import PlanOptions, SolverUnavailable, plan
-from hami_place_core.planner_bounds import milp_bound
+from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
+from hami_place_core.planning import exact as planner_exact
+from hami_place_core.planning.milp_bounds import milp_bound
 from hami_place_core.state import ClusterState, build_state
 from tests.planner_fixtures import node, pod, replay, subset_raw
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from hami_place_core import annotations as ann
 from hami_place_core.fit import GpuUsage, gpu_fit_reason
-from hami_place_core.planner import PlanOptions, check_moves, plan
-from hami_place_core.planner_constraints import node_refusal, untolerated_taint
+from hami_place_core.planning import PlanOptions, check_moves, plan
+from hami_place_core.planning.constraints import node_refusal, untolerated_taint
 from hami_place_core.requests import pod_request
 from hami_place_core.simulate import Simulator, bind, pod_manifest
 from hami_place_core.state import ClusterState, build_state
@@ -202,14 +202,8 @@ def test_plan_does_not_depend_on_input_order(seed: int) -> None:
 def test_never_more_free_gpus_than_the_bounds(seed: int) -> None:
     """The plan frees at most the exact optimum, which is at most each relaxation of it."""
     pytest.importorskip("highspy")
-    from hami_place_core.planner_bounds import (
-        l2_bound,
-        milp_bound,
-        most_gain_at_rate,
-        move_frontier,
-        node_room_bound,
-        pattern_bound,
-    )
+    from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_frontier, pattern_bound
+    from hami_place_core.planning.milp_bounds import milp_bound, node_room_bound
 
     nodes, pods = random_cluster(seed)
     state = build_state(nodes, pods)
@@ -236,11 +230,13 @@ def test_remembered_searches_answer_as_a_fresh_search(seed: int) -> None:
     """The engine remembers failed best-fit searches and ejection sets per kind of pod and state;
     through a random walk of tentative moves and undos (in and out of order) every remembered
     answer must equal a fresh search's."""
-    from hami_place_core.planner import _Engine
+    from hami_place_core.planning.engine import Engine
+    from hami_place_core.planning.evacuation import ejections, list_ejections
+    from hami_place_core.planning.targets import best_target, direct_target
 
     nodes, pods = random_cluster(seed)
     state = build_state(nodes, pods)
-    engine = _Engine(state, PlanOptions())
+    engine = Engine(state, PlanOptions())
     r = random.Random(seed)  # noqa: S311 - test data
     movable = [p for p in range(len(engine.p_req)) if engine.can_move(p) and engine.p_req[p] is not None]
     gids = list(range(len(engine.g_dev)))
@@ -251,18 +247,18 @@ def test_remembered_searches_answer_as_a_fresh_search(seed: int) -> None:
             break
         for p in movable:  # every pod, so that a kind's remembered answer meets its other pods
             exclude = frozenset(r.sample(gids, min(len(gids), r.randint(0, 2))))
-            assert engine.direct_target(p, exclude) == engine.best_target(p, exclude)
+            assert direct_target(engine, p, exclude) == best_target(engine, p, exclude)
             compared += 1
             req = engine.p_req[p]
             assert req is not None
             if req.nums == 1:
                 for t in gids:
                     if t not in engine.p_gids[p]:
-                        assert engine._ejections(p, t) == engine._list_ejections(p, t)
+                        assert ejections(engine, p, t) == list_ejections(engine, p, t)
         p = r.choice(movable)
         roll = r.random()
         if roll < 0.45:
-            target = engine.best_target(p, frozenset())
+            target = best_target(engine, p, frozenset())
             if target is not None and engine.can_move(p):
                 records.append(engine.apply(p, target))
         elif roll < 0.75 and records:

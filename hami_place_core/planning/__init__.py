@@ -1,0 +1,58 @@
+"""Defragmentation planning: an ordered list of pod moves that frees whole GPUs or lowers FGD.
+
+``plan(state, PlanOptions(...))`` is the entry; the plan model (:class:`PlanOptions`,
+:class:`Plan`, :class:`Move`) and the replay of moves (:func:`apply_moves`, :func:`check_moves`)
+are exported here too. docs/planner.md describes the algorithm.
+
+Layers, top to bottom; each module imports only modules below it (import-linter enforces it):
+
+- ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;
+- ``exact``: the exact planner for small clusters: solve, order, prune;
+- ``exact_model``: its MILP over where every movable pod ends;
+- ``strategies``: the greedy planner's objectives (free-gpus, fragmentation) as passes in order;
+- ``passes``: evacuations by cost, pairing into an empty GPU, seeded evacuations, single moves;
+- ``fgd``: the FGD of a node over the engine's arrays (the formula is
+  :func:`hami_place_core.fragmentation.node_fgd`);
+- ``ordering``: the engine's moves in an order where each is valid when made;
+- ``evacuation``: emptying one GPU, all or nothing, with ejection chains;
+- ``targets``: best fit for one pod;
+- ``engine``: GPUs and pods as arrays, best-fit buckets, apply and undo;
+- ``milp_bounds``: the bound that counts node room, and the exact optimum of small states;
+- ``bounds``: upper bounds on what any plan frees, blind to node room (L2, cutting stock);
+- ``highs``: helpers for the HiGHS models;
+- ``model``: options, moves, plans, and their replay and check on a state;
+- ``constraints``: which nodes kube-scheduler accepts a pod's replacement on, which pods may move.
+"""
+
+from hami_place_core.planning.model import (
+    OBJECTIVES,
+    SOLVERS,
+    Move,
+    Objective,
+    Plan,
+    PlanMetrics,
+    PlanOptions,
+    Solver,
+    apply_moves,
+    check_moves,
+    copy_state,
+    moved_allocation,
+)
+from hami_place_core.planning.planner import SolverUnavailable, plan
+
+__all__ = [
+    "OBJECTIVES",
+    "SOLVERS",
+    "Move",
+    "Objective",
+    "Plan",
+    "PlanMetrics",
+    "PlanOptions",
+    "Solver",
+    "SolverUnavailable",
+    "apply_moves",
+    "check_moves",
+    "copy_state",
+    "moved_allocation",
+    "plan",
+]

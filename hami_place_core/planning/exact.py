@@ -1,0 +1,368 @@
+"""The exact planner for small clusters: a MILP over where every movable pod ends, then an order.
+
+The greedy planner (:mod:`hami_place_core.planning.strategies`) moves a pod only as part of emptying one GPU,
+and finds room on a full node only among the pods leaving it for that same GPU. On 16-node
+subsets of the openb trace that leaves about one GPU in six that a plan of direct, valid moves
+can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
+once, each evacuation making the CPU or memory room another one needs. A solver sees those.
+
+Three steps, deterministic (HiGHS runs single-threaded with work limits, not time limits; a
+60 s safety net keeps the greedy plan past that):
+
+1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
+   each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
+   disruption budgets and ``max_moves`` as rows; the bins' cutting-stock optimum
+   (:func:`~hami_place_core.planning.bounds.pattern_bound`) as a cut, without which HiGHS takes
+   minutes to prove what it finds in a second.
+2. *An order*: an assignment freeing that many, with at most ``max_moves_per_gpu`` moves per
+   freed GPU and the fewest moves that must wait for another (their target GPU or node has no
+   room now), goes into a fresh planner engine, which orders the moves as it orders its own
+   (cheapest frees first); if that deadlocks, an exhaustive search over the sets of moves made
+   (the state after a set does not depend on its order). With no order, exactly that assignment
+   is cut off and HiGHS solves again, a few times; then one GPU less.
+3. *Only the moves needed*: last move first, a pod goes back home where the plan then frees as
+   many GPUs and still has an order.
+
+Only pods with one GPU container on one shared GPU move (as in the bounds); multi-GPU pods and
+exclusive requests stay put. HiGHS (``highspy``) is optional: without it, or on a state too large
+for it (``EXACT_MAX_PAIRS``, ``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hami_place_core.fit import gpu_fit_reason
+from hami_place_core.planning.bounds import pattern_bound, pool
+from hami_place_core.planning.engine import Engine
+from hami_place_core.planning.exact_model import ExactModel
+from hami_place_core.planning.model import Move, PlanOptions
+from hami_place_core.planning.ordering import fits_now, moves_of, sequence, start, step
+
+# Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
+# EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
+# 1,300-7,200 pairs and take up to 27 s; samples of 32 nodes (~6,000) took 0.1-60 s (the
+# safety net), of 64 (~60,000) 60 s; the 1,213-node example has 21.5 million. Pairs are
+# counted before any model is built; columns (pairs HAMi's Fit and node room allow) after.
+EXACT_MAX_PAIRS = 250_000
+EXACT_AUTO_PAIRS = 8_000
+EXACT_MAX_COLUMNS = 40_000
+# A safety net, not a budget: past this many seconds the greedy plan stays (the one way the
+# result can depend on the machine's speed). The openb 16-node subsets take at most 23 s.
+WALL_SECONDS = 60.0
+# Assignments without a valid order cut off before giving up (each costs a re-solve).
+MAX_RETRIES = 6
+# The cost of a move that need not wait for another (one that must costs 1), in the search for an
+# assignment with an order.
+MOVE_COST = 0.05
+LEAN_TRIES = 3
+# Sets of moves the order search may look at for one assignment.
+ORDER_BUDGET = 5_000
+
+
+@dataclass(frozen=True)
+class ExactOutcome:
+    moves: list[Move] | None  # None: nothing better than `floor` found
+    gain: int  # GPUs the solver's assignment frees (0 when not solved)
+    proven: bool  # the first step proved that no assignment frees more
+    retries: int  # assignments cut off for want of a valid order
+    seconds: float
+    why: str  # why the result is what it is, for the plan's header
+
+
+def available() -> bool:
+    try:
+        import highspy  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _has_solution(h: Any) -> bool:
+    return bool(h.getInfo().primal_solution_status == 2)
+
+
+def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move] = ()) -> ExactOutcome:
+    """A plan freeing more than `floor` GPUs (the greedy plan's gain), or None in `moves`.
+
+    `engine` must hold every pod at its original place; it is left holding the returned plan's
+    final places (or its original state).
+    """
+    import highspy
+    import numpy as np
+
+    started = time.perf_counter()
+    model = ExactModel(engine, options)
+    if not model.movers:
+        return ExactOutcome(None, 0, True, 0, time.perf_counter() - started, "no pod can move")
+    if len(model.cols) > EXACT_MAX_COLUMNS:
+        return ExactOutcome(
+            None, 0, False, 0, time.perf_counter() - started,
+            f"{len(model.cols)} pod-GPU pairs, over the exact planner's {EXACT_MAX_COLUMNS}",
+        )  # fmt: skip
+    cut = _bins_cut(engine, options, model)
+    h = model.build(cut)
+    n_g = len(model.counted)
+    h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+    _seed(h, model, seed)
+    h.setOptionValue("time_limit", WALL_SECONDS)
+    h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
+        return _timed_out(started)
+    if not _has_solution(h):
+        return ExactOutcome(None, 0, False, 0, time.perf_counter() - started, "the solver found no assignment")
+    proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    used = round(h.getInfo().objective_function_value)
+    best = len(model.counted) - used - model.free_now
+    if best <= floor:
+        why = "no assignment frees more" if proven else "the solver found none that frees more within its node limit"
+        return ExactOutcome(None, best, proven, 0, time.perf_counter() - started, why)
+    return _OrderSearch(h, model, started).run(floor, best, proven)
+
+
+class _OrderSearch:
+    """Step 2 of :func:`solve`: an assignment freeing `gain` with at most max_moves_per_gpu moves
+    per freed GPU, then one GPU less if none has an order, down to one more than the floor. Not
+    the fewest moves: those assignments are the ones that swap pods between full nodes, which no
+    order can make (on the openb subsets most had none); the moves an ordered plan did not need
+    are dropped afterwards (_prune)."""
+
+    def __init__(self, h: Any, model: ExactModel, started: float) -> None:
+        import numpy as np
+
+        self.h, self.model, self.started = h, model, started
+        self.first = model.assignment(h)
+        self.retries = 0
+        n_g = len(model.counted)
+        self.idx_away = np.array([model.x0 + j for j in model.away], dtype=np.int32)
+        h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
+        # Fewest moves that must wait for others: a move whose target GPU or node has no room for
+        # it now needs pods to leave first, and cycles of such moves are what leave an assignment
+        # without an order. Other moves cost a little (MOVE_COST), for shorter plans, for the first
+        # LEAN_TRIES tries; then nothing, which lets the solver add moves that make room.
+        self.waits = np.array([1.0 if _waits(model.engine, *model.cols[j]) else 0.0 for j in model.away])
+        h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+
+    def run(self, floor: int, best: int, proven: bool) -> ExactOutcome:
+        import numpy as np
+
+        for gain in range(best, floor, -1):
+            row_gain = self._ask_gain(gain)
+            if gain == best:
+                _seed_assignment(self.h, self.model, self.first)
+            outcome = self._ordered_at(gain)
+            if outcome is not None:
+                if outcome.moves is None:
+                    return outcome  # out of time
+                note = f"a MILP frees {gain} (greedy {floor}"
+                note += ")" if gain == best else f"; {best} with no valid order found)"
+                return dataclasses.replace(outcome, proven=proven, why=note)
+            self.h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
+            if self.retries > MAX_RETRIES:
+                break
+        return ExactOutcome(
+            None, best, proven, self.retries, time.perf_counter() - self.started,
+            f"the solver's assignments freeing more than {floor} had no valid order",
+        )  # fmt: skip
+
+    def _ask_gain(self, gain: int) -> int:
+        """Rows: `gain` GPUs freed, and moves <= k * (GPUs freed); the first row's index."""
+        import numpy as np
+
+        h, model = self.h, self.model
+        n_g = len(model.counted)
+        bins = n_g - model.free_now - gain
+        row_gain = int(h.getNumRow())
+        h.addRow(-h.getInfinity(), float(bins), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+        # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
+        k = float(model.options.max_moves_per_gpu)
+        idx = np.concatenate([self.idx_away, np.arange(n_g, dtype=np.int32)])
+        coef = np.concatenate([np.ones(len(self.idx_away)), np.full(n_g, k)])
+        h.addRow(-h.getInfinity(), k * (n_g - model.free_now), len(idx), idx, coef)
+        return row_gain
+
+    def _ordered_at(self, gain: int) -> ExactOutcome | None:
+        """Solve, and while the solution has no order cut it off and solve again: the pruned plan
+        (proven and why left for run() to fill in), a timed-out outcome (no moves), or None when
+        the solver finds nothing more or the retries are spent."""
+        import highspy
+
+        h, engine = self.h, self.model.engine
+        while self.retries <= MAX_RETRIES:
+            left = WALL_SECONDS - (time.perf_counter() - self.started)
+            if left <= 0:
+                return _timed_out(self.started)
+            h.setOptionValue("time_limit", left)
+            h.run()
+            if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
+                return _timed_out(self.started)
+            if not _has_solution(h):
+                break
+            chosen = self.model.assignment(h)
+            moves = _ordered(engine, chosen)
+            if moves is not None:
+                moves = _prune(engine, self.model, moves)
+                return ExactOutcome(moves, gain, False, self.retries, time.perf_counter() - self.started, "")
+            self.retries += 1
+            if self.retries == LEAN_TRIES:
+                h.changeColsCost(len(self.idx_away), self.idx_away, self.waits)
+            _no_good(h, self.model, chosen)
+        return None
+
+
+def _waits(engine: Engine, p: int, g: int) -> bool:
+    """Pod p cannot go to GPU g before some pod leaves g or its node (as things stand now)."""
+    e = engine
+    req = e.p_req[p]
+    assert req is not None
+    src, dst = e.g_node[e.p_origin[p][0]], e.g_node[g]
+    if src != dst and dst in e.n_free and not e.n_free[dst].covers(e.p_res[p]):
+        return True
+    return gpu_fit_reason(req, e.g_dev[g], e.g_use[g], e.p_alloc[p].request.selectors, e.g_cordoned[g]) is not None
+
+
+def _timed_out(started: float) -> ExactOutcome:
+    return ExactOutcome(
+        None, 0, False, 0, time.perf_counter() - started,
+        f"stopped after {WALL_SECONDS:g} s without a better plan (--solver greedy skips it)",
+    )  # fmt: skip
+
+
+def _freed(engine: Engine, model: ExactModel) -> int:
+    return sum(1 for g in model.counted if not engine.g_pods[g]) - model.free_now
+
+
+def _prune(engine: Engine, model: ExactModel, moves: list[Move]) -> list[Move]:
+    """Send back home, last move first, every pod whose move the plan does not need: as many GPUs
+    freed and still an order. The engine is left holding the returned plan's places."""
+    gain = _freed(engine, model)
+    where = {engine.p_alloc[p].key: p for p in model.movers}
+    for m in reversed(moves):
+        p = where[m.pod]
+        home = engine.p_origin[p]
+        if not engine.fits_back(p, home):
+            continue
+        record = engine.apply(p, home)
+        if _freed(engine, model) >= gain:
+            shorter = _sequenced(engine)
+            if shorter is not None:
+                moves = shorter
+                continue
+        engine.undo(record)
+    return moves
+
+
+def _bins_cut(engine: Engine, options: PlanOptions, model: ExactModel) -> int | None:
+    """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second."""
+    p = pool(engine.state, options)
+    if p.bins != len(model.counted):
+        return None
+    bound = pattern_bound(engine.state, options, time_limit=10.0)
+    if bound is None or not bound.proven:
+        return None
+    return p.bins - bound.max_free
+
+
+def _seed(h: Any, model: ExactModel, seed: Sequence[Move]) -> None:
+    """Start from the greedy plan's final places (changes how fast, never what, HiGHS finds)."""
+    e = model.engine
+    where = {e.p_alloc[p].key: p for p in model.movers}
+    uuid_gid = {e.g_dev[g].uuid: g for g in model.counted}
+    chosen = {}
+    for m in seed:
+        p = where.get(m.pod)
+        if p is not None and len(m.to_uuids) == 1 and m.to_uuids[0] in uuid_gid:
+            chosen[p] = uuid_gid[m.to_uuids[0]]
+    _seed_assignment(h, model, chosen)
+
+
+def _seed_assignment(h: Any, model: ExactModel, chosen: dict[int, int]) -> None:
+    import numpy as np
+
+    e = model.engine
+    values = np.zeros(model.x0 + len(model.cols))
+    in_use = set()
+    for j, (p, g) in enumerate(model.cols):
+        if chosen.get(p, e.p_origin[p][0]) == g:
+            values[model.x0 + j] = 1.0
+            in_use.add(g)
+    for g, i in model.yi.items():
+        if g in in_use or model.base[g].used > 0:
+            values[i] = 1.0
+    h.setSolution(len(values), np.arange(len(values), dtype=np.int32), values)
+
+
+def _no_good(h: Any, model: ExactModel, chosen: dict[int, int]) -> None:
+    """Cut off exactly this assignment (every mover where it puts it, the other pods at home).
+    Cutting off more (every assignment making these moves, or sending these pods to these nodes)
+    found fewer plans on the openb subsets: an assignment that adds moves often has an order."""
+    import numpy as np
+
+    idx = [model.x0 + j for j, (p, g) in enumerate(model.cols) if chosen.get(p, model.engine.p_origin[p][0]) == g]
+    bound = float(len(model.movers) - 1)
+    h.addRow(-h.getInfinity(), bound, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
+
+
+def _ordered(engine: Engine, chosen: dict[int, int]) -> list[Move] | None:
+    """The moves of `chosen` in an order where each is valid when made, or None."""
+    for p in sorted(chosen):
+        engine.apply(p, (chosen[p],))
+    moves = _sequenced(engine)
+    if moves is None:
+        engine.restore(list(engine.p_origin), [0] * len(engine.p_alloc))
+    return moves
+
+
+def _sequenced(engine: Engine) -> list[Move] | None:
+    """The engine's moves in its own order (cheapest frees first), or else any order found by
+    search; None if neither exists."""
+    moves = sequence(engine)
+    if moves is None:
+        pending = [p for p in range(len(engine.p_alloc)) if engine.moved(p)]
+        order = _search_order(engine, pending)
+        if order is not None:
+            final_empty = {g for g in range(len(engine.g_dev)) if engine.g_counts[g] and not engine.g_pods[g]}
+            moves = moves_of(engine, order, final_empty)
+    return moves
+
+
+def _search_order(engine: Engine, pending: list[int]) -> list[int] | None:
+    """Exhaustive over the sets of moves made (each set once: its state is the same whatever
+    order made it), at most ORDER_BUDGET sets."""
+    use, pods, room = start(engine, pending)
+    full = (1 << len(pending)) - 1
+    dead: set[int] = set()
+    looked = 0
+    order: list[int] = []
+
+    def search(done: int) -> bool | None:
+        nonlocal looked
+        if done == full:
+            return True
+        if done in dead:
+            return False
+        looked += 1
+        if looked > ORDER_BUDGET:
+            return None
+        for i, p in enumerate(pending):
+            if done >> i & 1 or not fits_now(engine, p, use, room):
+                continue
+            step(engine, p, use, pods, room)
+            order.append(p)
+            found = search(done | 1 << i)
+            if found is not False:
+                return found
+            order.pop()
+            step(engine, p, use, pods, room, back=True)
+        dead.add(done)
+        return False
+
+    return list(order) if search(0) else None
+
+
+__all__ = ["EXACT_AUTO_PAIRS", "EXACT_MAX_COLUMNS", "EXACT_MAX_PAIRS", "ExactOutcome", "available", "solve"]
