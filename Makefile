@@ -44,6 +44,10 @@ unit: install ## Pure-logic tests only (no control plane)
 test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tests on the real test bed
 	$(BIN)/pytest -q
 
+test-hami: testbed-build ## The HAMi tier: tests that cross HAMi, with the real scheduler HAMI_SCHEDULER_BIN names
+	@test -n "$$HAMI_SCHEDULER_BIN" || { echo "test-hami: set HAMI_SCHEDULER_BIN to a HAMi scheduler binary (docs/testing.md)" >&2; exit 2; }
+	CI=$${CI:-true} $(BIN)/pytest -q -m "hami or hami_only"
+
 bench-model: install ## Benchmark decode + aggregate at 5,000 nodes x 8 GPUs and 100,000 pods
 	$(BIN)/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
 
@@ -70,4 +74,4 @@ bench-startup: binary testbed-build ## Cold-start benchmark of the binary vs kub
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test bench-model binary release docs demo demo-down bench-startup clean
+.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test test-hami bench-model binary release docs demo demo-down bench-startup clean

@@ -8,6 +8,7 @@ free ports, all logging to <workdir>/logs/<component>.log.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 import time
@@ -20,6 +21,7 @@ import yaml
 from testbed import build
 from testbed.certs import CertificateAuthority, service_account_signer
 from testbed.gpu_nodes import NodeSpec, uniform_nodes
+from testbed.hami import HamiScheduler, extender_config, post_bind_argv, scheduler_binary, webhook_configuration
 from testbed.processes import Process, StartupError, free_port, http_ok, stop_pid, wait_until
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -28,15 +30,19 @@ POD_CIDR = "10.244.0.0/16"
 # Taints the node lifecycle controller sets and lifts on its own (k8s.io/api/core/v1 well_known_taints.go).
 _LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
-# Until the real HAMi scheduler extender joins the test bed, "hami-scheduler" is a plain
-# kube-scheduler profile: it honours affinity, taints and extended resources, but does no
-# per-GPU accounting and writes no hami.io/vgpu-* annotations.
+# Without HAMI_SCHEDULER_BIN, "hami-scheduler" is a plain kube-scheduler profile: it honours
+# affinity, taints and extended resources, but does no per-GPU accounting and writes no
+# hami.io/vgpu-* annotations (tests that need those start testbed/allocation_standin.py).
 SCHEDULER_CONFIG_HEADER = """\
 # kube-scheduler configuration for the hami-place test bed.
 # The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: it is plain kube-scheduler
 # with no HAMi extender, so it places pods by node (affinity, taints, extended resources) but
-# does no per-GPU accounting and writes no hami.io/vgpu-* annotations. A later issue replaces
-# it with the real HAMi extender (filter + bind, nodeCacheCapable).
+# does no per-GPU accounting and writes no hami.io/vgpu-* annotations. With HAMI_SCHEDULER_BIN
+# set, a second kube-scheduler runs that profile with the real HAMi extender instead.
+"""
+HAMI_SCHEDULER_CONFIG_HEADER = """\
+# kube-scheduler configuration for HAMi's profile, as HAMi's chart writes it
+# (charts/hami/templates/scheduler/configmap.yaml): the real HAMi scheduler is the extender.
 """
 
 
@@ -56,6 +62,7 @@ class TestBed:
     start_timeout: float = 60.0
 
     components: dict[str, Process] = field(default_factory=dict, init=False)
+    hami: HamiScheduler | None = field(default=None, init=False)
     timings: dict[str, float] = field(default_factory=dict, init=False)
     api_port: int = field(default=0, init=False)
 
@@ -314,29 +321,11 @@ class TestBed:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
             ],
         )
-        sched_cfg = self.workdir / "scheduler-config.yaml"
-        sched_kc = self.write_kubeconfig(kc / "scheduler.kubeconfig", "system:kube-scheduler")
-        sched_cfg.write_text(
-            SCHEDULER_CONFIG_HEADER
-            + yaml.safe_dump(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": str(sched_kc)},
-                    "leaderElection": {"leaderElect": False},
-                    "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": "hami-scheduler"}],
-                }
-            )
-        )
-        sched = self._spawn(
-            "kube-scheduler",
-            [
-                self._bin("kube-scheduler"),
-                f"--config={sched_cfg}",
-                f"--secure-port={sched_port}",
-                "--bind-address=127.0.0.1",
-            ],
-        )
+        hami_binary = scheduler_binary()
+        profiles = [{"schedulerName": "default-scheduler"}]
+        if hami_binary is None:
+            profiles.append({"schedulerName": "hami-scheduler"})
+        sched = self._spawn_scheduler("kube-scheduler", sched_port, profiles, [], SCHEDULER_CONFIG_HEADER)
         kwok_kc = self.write_kubeconfig(kc / "kwok.kubeconfig", "testbed-kwok", ("system:masters",))
         kwok = self._spawn(
             "kwok",
@@ -362,8 +351,60 @@ class TestBed:
         self.timings["kube-scheduler"] = wait_until(
             "/healthz", lambda: http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure), sched, self.start_timeout
         )
+        if hami_binary is not None:
+            self._start_hami(hami_binary, insecure)
         if not kwok.alive():
             raise StartupError(f"kwok exited:\n{kwok.log_tail()}")
+
+    def _spawn_scheduler(
+        self, name: str, port: int, profiles: list[dict[str, Any]], extenders: list[dict[str, Any]], header: str
+    ) -> Process:
+        kubeconfig = self.write_kubeconfig(self.workdir / "kubeconfigs" / f"{name}.kubeconfig", "system:kube-scheduler")
+        config: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "profiles": profiles,
+        }
+        if extenders:
+            config["extenders"] = extenders
+        path = self.workdir / f"{name}-config.yaml"
+        path.write_text(header + yaml.safe_dump(config))
+        return self._spawn(
+            name,
+            [self._bin("kube-scheduler"), f"--config={path}", f"--secure-port={port}", "--bind-address=127.0.0.1"],
+        )
+
+    def _start_hami(self, binary: Path, insecure: ssl.SSLContext) -> None:
+        """HAMi's scheduler, its kube-scheduler (the hami-scheduler profile) and its webhook."""
+        from kubernetes import client
+
+        t0 = time.monotonic()
+        self.hami = HamiScheduler(binary, self.workdir, self.log_dir)
+        cert, key = self.serving_ca.issue_server(["127.0.0.1", "localhost"]).write(self.pki, "hami-scheduler")
+        kubeconfig = self.write_kubeconfig(
+            self.workdir / "kubeconfigs" / "hami-scheduler.kubeconfig", "testbed-hami-scheduler", ("system:masters",)
+        )
+        self.components["hami-scheduler"] = self.hami.start(kubeconfig, cert, key, self.start_timeout)
+        port = free_port()
+        sched = self._spawn_scheduler(
+            "kube-scheduler-hami",
+            port,
+            [{"schedulerName": "hami-scheduler"}],
+            [extender_config(self.hami.url)],
+            HAMI_SCHEDULER_CONFIG_HEADER,
+        )
+        healthz = f"https://127.0.0.1:{port}/healthz"
+        wait_until("/healthz", lambda: http_ok(healthz, insecure), sched, self.start_timeout)
+        admission = client.AdmissionregistrationV1Api(self.api_client())
+        webhook = webhook_configuration(self.hami.url, self.serving_ca.cert_pem)
+        admission.create_mutating_webhook_configuration(webhook)  # type: ignore[arg-type]  # the client takes dicts
+        # The device plugin's post-bind step, as a component: it must outlive `python -m testbed up`.
+        post_bind = Process("hami-device-plugin-post-bind", post_bind_argv(self.kubeconfig), self.log_dir)
+        self.components[post_bind.name] = post_bind
+        post_bind.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        self.timings["hami-scheduler"] = time.monotonic() - t0
 
     # ---- API helpers ---------------------------------------------------------------------
     def api_client(self, kubeconfig: Path | None = None) -> Any:

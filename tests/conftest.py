@@ -19,6 +19,7 @@ from testbed.build import BuildError
 from testbed.ci import IN_CI
 from testbed.cluster import TestBed
 from testbed.gpu_nodes import uniform_nodes
+from testbed.hami import mode_banner, scheduler_binary
 from testbed.processes import StartupError
 
 
@@ -26,15 +27,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--e2e", action="store_true", help="run the opt-in kind e2e tier (needs Docker and internet)")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    return mode_banner()
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], marker: str) -> None:
+    dropped = [item for item in items if marker in item.keywords]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if marker not in item.keywords]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--e2e"):
-        return
-    # Deselected, not skipped: the opt-in tier is not part of this run at all (docs/testing.md),
-    # so it never shows up as a skipped test that could be read as coverage.
-    e2e = [item for item in items if "e2e" in item.keywords]
-    if e2e:
-        config.hook.pytest_deselected(items=e2e)
-        items[:] = [item for item in items if "e2e" not in item.keywords]
+    # Deselected, not skipped: a tier that does not apply is not part of this run at all
+    # (docs/testing.md), so it never shows up as a skipped test that could be read as coverage.
+    if not config.getoption("--e2e"):
+        _deselect(config, items, "e2e")
+    if scheduler_binary() is None:
+        _deselect(config, items, "hami_only")  # needs the real HAMi scheduler: make test-hami
+    else:
+        _deselect(config, items, "standin_only")  # writes HAMi's annotations by hand: races HAMi
 
 
 _bed: TestBed | None = None
