@@ -36,7 +36,6 @@ from typing import Any
 import yaml
 
 from hami_place_core import annotations as ann
-from testbed.ci import IN_CI
 from testbed.processes import Process, StartupError, free_port, http_ok, wait_until
 
 ENV = "HAMI_SCHEDULER_BIN"
@@ -334,11 +333,6 @@ class DevicePluginPostBind:
             node_name,
             {"metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": node.metadata.resource_version}},
         )
-
-
-def must_run_hami() -> bool:
-    """Under CI with the variable set, a HAMi binary that cannot run fails the run."""
-    return IN_CI and scheduler_binary() is not None
 
 
 def post_bind_argv(kubeconfig: Path) -> list[str]:
