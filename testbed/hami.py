@@ -125,8 +125,10 @@ def check_runnable(binary: Path) -> str:
         raise StartupError(f"{ENV}={binary}: cannot run it: {e}") from e
     if out.returncode != 0:
         raise StartupError(f"{ENV}={binary} version exited {out.returncode}: {(out.stderr or out.stdout)[-400:]}")
-    # HAMi pkg/version/version.go prints "version: ..." and "revision: ..." lines.
-    fields = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
+    # HAMi pkg/version/version.go renders "version: ..." and "revision: ..." lines; the scheduler's
+    # version command prints them with cobra's cmd.Print, which writes to stderr.
+    text = out.stdout + "\n" + out.stderr
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     return f"{fields.get('version', '?').strip()} ({fields.get('revision', '?').strip()[:8]})"
 
 

@@ -50,6 +50,12 @@ def test_version_and_revision_are_read_from_hamis_version_command(tmp_path: Path
     assert hami.check_runnable(path) == "v2.10.0 (4707fb02)"
 
 
+def test_version_printed_on_stderr_is_read(tmp_path: Path) -> None:
+    # v2.10.0's scheduler prints its version through cobra's cmd.Print, i.e. on stderr.
+    path = _script(tmp_path, "printf 'version:          v2.10.0\\nrevision:         4707fb02c9\\n' >&2")
+    assert hami.check_runnable(path) == "v2.10.0 (4707fb02)"
+
+
 def test_mode_follows_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(hami.ENV, raising=False)
     assert hami.scheduler_binary() is None and not real_hami()
