@@ -89,26 +89,28 @@ class DeviceSelectors:
         if not any(k in a for k in _SELECTOR_KEYS):
             return _NO_SELECTORS
         return cls(
-            use_uuids=ann.split_list(a.get(ann.USE_GPU_UUID)),
+            use_uuids=ann.use_list(a.get(ann.USE_GPU_UUID)),
             nouse_uuids=ann.split_list(a.get(ann.NOUSE_GPU_UUID)),
-            use_types=ann.split_list(a.get(ann.USE_GPU_TYPE)),
+            use_types=ann.use_list(a.get(ann.USE_GPU_TYPE)),
             nouse_types=ann.split_list(a.get(ann.NOUSE_GPU_TYPE)),
         )
 
     def uuid_allowed(self, uuid: str) -> bool:
-        # v2.10 CheckUUID: an empty list is no constraint; use- and nouse- both apply.
+        # v2.10 CheckUUID: an empty list is no constraint; use- and nouse- both apply. A use-list
+        # of separators only is ("",), which no UUID equals (annotations.use_list).
         if self.use_uuids and uuid not in self.use_uuids:
             return False
         return uuid not in self.nouse_uuids
 
     def type_allowed(self, gpu_type: str) -> bool:
-        # CheckType: case-insensitive substring match against the registered type.
+        # CheckType (pkg/device/devices.go): case-insensitive substring match against the
+        # registered type; a blank item matches nothing (see annotations.use_list).
         if not self.use_types and not self.nouse_types:
             return True
         upper = gpu_type.upper()
-        if self.use_types and not any(t.upper() in upper for t in self.use_types):
+        if self.use_types and not any(t and t.upper() in upper for t in self.use_types):
             return False
-        return not any(t.upper() in upper for t in self.nouse_types)
+        return not any(t and t.upper() in upper for t in self.nouse_types)
 
 
 _SELECTOR_KEYS = (ann.USE_GPU_UUID, ann.NOUSE_GPU_UUID, ann.USE_GPU_TYPE, ann.NOUSE_GPU_TYPE)

@@ -100,6 +100,25 @@ def test_webhook_adds_the_gpu_count_only_from_limits() -> None:
     assert container_request({"limits": {"nvidia.com/gpucores": "20"}}, no_default, webhook=True) is None
 
 
+@pytest.mark.parametrize("value", [",", " , ", ",,"])
+def test_a_use_list_of_separators_only_allows_no_gpu(value) -> None:
+    # HAMi pkg/device/devices.go CheckUUID/CheckType: a non-blank value is a constraint, and its
+    # blank items match no device id or type.
+    for key, reason in (
+        ("nvidia.com/use-gpuuuid", fit.CARD_UUID_MISMATCH),
+        ("nvidia.com/use-gputype", fit.CARD_TYPE_MISMATCH),
+    ):
+        sel = DeviceSelectors.from_annotations({key: value})
+        assert gpu_fit_reason(GpuRequest(1, 0, 10, 10), A100, GpuUsage(), sel) == reason
+    # ... while blank values, and nouse- lists of separators, constrain nothing
+    for a in (
+        {"nvidia.com/use-gpuuuid": " "},
+        {"nvidia.com/nouse-gpuuuid": value},
+        {"nvidia.com/nouse-gputype": value},
+    ):
+        assert gpu_fit_reason(GpuRequest(1, 0, 10, 10), A100, GpuUsage(), DeviceSelectors.from_annotations(a)) is None
+
+
 def test_pod_request_reads_selectors_and_init_containers() -> None:
     pod = {
         "metadata": {"annotations": {"nvidia.com/use-gpuuuid": "GPU-a, GPU-b", "nvidia.com/nouse-gputype": "t4"}},
