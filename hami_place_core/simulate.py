@@ -28,7 +28,7 @@ Mirrors Project-HAMi/HAMi v2.10 (file paths below are in that repository):
   is arbitrary; we break ties by node name, which keeps the simulation deterministic.
 * Containers are placed one after another with usage accumulating (``fitInDevices`` per
   container, each re-scoring the GPUs), and HAMi's pod annotations are written as ``Filter`` and
-  ``Bind`` in ``pkg/scheduler/scheduler.go`` write them.
+  ``Bind`` in ``pkg/scheduler/scheduler.go`` write them: one segment per container that got GPUs.
 
 Not simulated: init containers holding GPUs (v2.9+ peak-usage collapse), NUMA binding
 (``nvidia.com/numa-bind``), topology-aware policy, MIG/MPS modes, resource quotas, and
@@ -83,8 +83,9 @@ class Placement:
 
     @property
     def encoded(self) -> str:
-        """The value of ``hami.io/vgpu-devices-allocated`` for this placement."""
-        return ann.encode_pod_devices(self.containers)
+        """The value of ``hami.io/vgpu-devices-allocated`` for this placement: one segment per
+        container that got GPUs, as HAMi v2.10 writes it (see ``state._align``)."""
+        return ann.encode_pod_devices(tuple(devs for devs in self.containers if devs))
 
 
 def _check_policy(name: str, value: str) -> None:
@@ -188,8 +189,8 @@ def fit_on_node(
 ) -> tuple[tuple[ContainerDevice, ...], ...] | None:
     """Per app container, the GPU shares HAMi would pick on `node`, or None if the pod does not fit.
 
-    Containers without GPUs get an empty tuple (their position is kept). `usage` defaults to the
-    node's own; it is never modified.
+    Containers without GPUs get an empty tuple (their position is kept; :attr:`Placement.encoded`
+    leaves them out, as HAMi does). `usage` defaults to the node's own; it is never modified.
     """
     _check_policy("gpu_policy", gpu_policy)
     if any(r is not None for r in request.init):

@@ -152,12 +152,39 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
     )
 
 
+Segments = tuple[tuple[ContainerDevice, ...], ...]
+
+
+def _align(segments: Segments, request: PodRequest) -> tuple[Segments, Segments, str | None]:
+    """Split decoded segments into (init, app) container positions.
+
+    HAMi v2.10 writes one segment per container that got GPUs, init containers first
+    (``allocateAppContainers``/``allocateInitContainers`` in ``pkg/scheduler/score.go`` append the
+    empty segment of a GPU-less container under the node's device *type* keys, not under
+    ``"NVIDIA"``, so ``PatchAnnotations`` in ``pkg/device/nvidia/device.go`` never writes it).
+    Older versions, and a node whose GPUs are registered with the bare type ``NVIDIA``, write one
+    segment per container; ≤v2.8 app containers only.
+    """
+    n_init, n_app = len(request.init), len(request.containers)
+    if len(segments) == n_init + n_app:
+        return segments[:n_init], segments[n_init:], None
+    wants = [r is not None for r in (*request.init, *request.containers)]
+    if len(segments) == sum(wants):
+        it = iter(segments)
+        full = tuple(next(it) if w else () for w in wants)
+        return full[:n_init], full[n_init:], None
+    # Anything else is read as app containers, summed.
+    warning = None
+    if n_app and len(segments) not in (n_app, 0):
+        warning = f"{len(segments)} container segments for {n_init} init + {n_app} app containers"
+    return (), segments, warning
+
+
 def _collapse(
-    segments: tuple[tuple[ContainerDevice, ...], ...], n_init: int, n_app: int
+    segments: Segments, request: PodRequest
 ) -> tuple[dict[str, tuple[int, int, int]], tuple[tuple[str, ...], ...], str | None]:
     """Per-UUID (slots, mem, cores) with init containers collapsed, plus app-container UUIDs."""
-    warning = None
-    if not n_init and len(segments) == 1:  # the common case: one container, no init containers
+    if not request.init and len(request.containers) == 1 and len(segments) == 1:  # the common case
         per: dict[str, tuple[int, int, int]] = {}
         for d in segments[0]:
             old = per.get(d.uuid)
@@ -165,13 +192,7 @@ def _collapse(
                 (1, d.usedmem, d.usedcores) if old is None else (old[0] + 1, old[1] + d.usedmem, old[2] + d.usedcores)
             )
         return per, (tuple(per),), None
-    if n_init and len(segments) == n_init + n_app:
-        init, app = segments[:n_init], segments[n_init:]
-    else:
-        # ≤v2.8 writes app containers only; anything else is read as app containers, summed.
-        init, app = (), segments
-        if n_app and len(segments) not in (n_app, 0):
-            warning = f"{len(segments)} container segments for {n_init} init + {n_app} app containers"
+    init, app, warning = _align(segments, request)
     app_use: dict[str, list[int]] = {}
     for devs in app:
         for d in devs:
@@ -204,9 +225,8 @@ def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) 
         return None
     spec = pod.get("spec") or {}
     decoded = ann.decode_pod_devices(annotations.get(ann.POD_DEVICES_ALLOCATED))
-    per_gpu, containers, warning = _collapse(
-        decoded.containers, len(spec.get("initContainers") or ()), len(spec.get("containers") or ())
-    )
+    request = pod_request(pod, config)
+    per_gpu, containers, warning = _collapse(decoded.containers, request)
     owner_kind = owner_name = None
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
@@ -222,7 +242,7 @@ def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) 
         owner_name=owner_name,
         per_gpu=per_gpu,
         containers=containers,
-        request=pod_request(pod, config),
+        request=request,
         error=decoded.error or warning,
         node_selector=spec.get("nodeSelector") or {},
         affinity=spec.get("affinity") or {},

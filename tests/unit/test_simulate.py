@@ -269,9 +269,12 @@ def test_containers_accumulate_usage_and_keep_their_positions() -> None:
     assert [len(c) for c in placement.containers] == [1, 0, 1]
     assert placement.uuids[0] != placement.uuids[2]  # 60% + 60% do not fit on one GPU
     bound = bind(p, placement)
-    assert bound["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED].count(";") == 3
-    apply(state, bound)
+    # HAMi v2.10 writes segments only for the containers that got GPUs (the expectation was 3
+    # segments, with an empty one for the sidecar, which HAMi does not write)
+    assert bound["metadata"]["annotations"][ann.POD_DEVICES_ALLOCATED].count(";") == 2
+    alloc = apply(state, bound)
     assert state.nodes["a"].usage[placement.uuids[0][0]].usedcores == 60
+    assert alloc.containers == placement.uuids and state.problems == {}
 
 
 def test_unsupported_inputs_are_refused() -> None:

@@ -79,6 +79,26 @@ def test_init_containers_are_collapsed_v210() -> None:
     assert (usage.used, usage.usedmem, usage.usedcores) == (2, 6000, 50)
 
 
+def test_segments_of_gpu_containers_only_line_up_with_their_containers() -> None:
+    # HAMi v2.10 writes a segment only for containers that got GPUs (pkg/scheduler/score.go
+    # allocateAppContainers, pkg/device/nvidia/device.go PatchAnnotations): [GPU, sidecar, GPU]
+    # gets two segments, and an init container without GPUs none.
+    node = ready(N1.manifest())
+    g0, g1 = u(N1, 0), u(N1, 1)
+    pod = hami_pod("p", "ns", "n1", [])
+    gpu = {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}}
+    pod["spec"]["initContainers"] = [{"name": "init"}]
+    pod["spec"]["containers"] = [{"name": "a", "resources": gpu}, {"name": "side"}, {"name": "b", "resources": gpu}]
+    pod["metadata"]["annotations"].update(allocation_annotations("n1", [[(g0, 1000, 10)], [(g1, 1000, 10)]]))
+    state = build_state([node], [pod])
+    assert state.problems == {}
+    assert state.pods["ns/p"].containers == ((g0,), (), (g1,))
+    # the older form, one segment per container (empty ones included), still reads the same
+    pod["metadata"]["annotations"].update(allocation_annotations("n1", [[], [(g0, 1000, 10)], [], [(g1, 1000, 10)]]))
+    again = build_state([node], [pod])
+    assert again.problems == {} and again.pods["ns/p"].containers == ((g0,), (), (g1,))
+
+
 def test_bad_pod_annotations_are_problems_not_crashes() -> None:
     nodes = [ready(N1.manifest())]
     bad = hami_pod("bad", "ns", "n1", [])
