@@ -221,13 +221,34 @@ def generate(seed: int, count: int) -> list[FitCase]:
 
 
 # ---- manifests ----------------------------------------------------------------------------------
+# HAMi's handshake (pkg/device/devices.go CheckHealth): a "Requesting_" value whose time does not
+# parse counts as a healthy, answered handshake. Without it HAMi's register loop reads and patches
+# the node once per vendor that has a handshake (NVIDIA, and Hygon's DCU is configured too), which
+# its client-side rate limit makes cost about 2 s per node. The keys are the vendors'
+# HandshakeAnnos constants (pkg/device/*/device.go).
+HANDSHAKES = (
+    "hami.io/node-handshake",
+    "hami.io/node-handshake-dcu",
+    "hami.io/node-handshake-ascend",
+    "hami.io/node-handshake-biren",
+    "hami.io/node-handshake-va",
+    "hami.io/node-handshake-xpu",
+)
+HANDSHAKE_VALUE = "Requesting_fit-probe"
+
+
 def node_manifest(case: FitCase, node: NodeCase) -> dict[str, Any]:
-    """The Node as created: no kwok (no kubelet, nobody schedules onto it), GPUs as registered."""
-    healthy = [d for d in node.devices if d.health]
+    """The Node as created: no kwok (no kubelet, nobody schedules onto it), GPUs as registered.
+
+    Allocatable ``nvidia.com/gpu`` counts every GPU's slots: HAMi registers a node only while it is
+    non-zero (``NvidiaGPUDevices.CheckHealth``), and Fit never reads it.
+    """
     annotations = {ann.NODE_REGISTER: ann.encode_register_json(node.devices)}
+    annotations.update(dict.fromkeys(HANDSHAKES, HANDSHAKE_VALUE))
     if node.cordoned:
         annotations[ann.NODE_DEVICE_CORDON] = ",".join(node.cordoned)
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(sum(d.count for d in healthy))}
+    slots = sum(d.count for d in node.devices)
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(slots)}
     return {
         "apiVersion": "v1",
         "kind": "Node",

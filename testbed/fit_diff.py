@@ -9,8 +9,9 @@ webhook is judged too), and the policies the pod's annotations choose over the c
 - ``node-fit``: the model and HAMi disagree whether the pod fits one of the nodes;
 - ``node``: both place the pod, on different nodes whose scores differ (equal scores are HAMi's
   nondeterminism: it scores nodes in goroutines, so the order among ties is arbitrary; counted
-  as ``node-tie``, not a disagreement, and the GPUs are then compared on HAMi's node);
-- ``gpus``: the GPUs picked for a container differ (order included: it is HAMi's walk order);
+  as a node tie, not a disagreement);
+- ``gpus``: on a node where both fit the pod, the GPUs picked for a container differ (order
+  included: it is HAMi's walk order);
 - ``shares``: the memory or cores charged on a GPU differ;
 - ``probe``: HAMi answered with an error.
 """
@@ -72,11 +73,11 @@ def _hami_shares(encoded: str | None) -> Shares:
     return tuple(tuple((d.uuid, d.usedmem, d.usedcores) for d in devs) for devs in decoded.containers if devs)
 
 
-def _compare_shares(verdict: Verdict, model: Shares, hami: Shares) -> None:
+def _compare_shares(verdict: Verdict, node: str, model: Shares, hami: Shares) -> None:
     if [[u for u, _, _ in c] for c in model] != [[u for u, _, _ in c] for c in hami]:
-        verdict.disagreements.append(("gpus", f"model {model} HAMi {hami}"))
+        verdict.disagreements.append(("gpus", f"{node}: model {model} HAMi {hami}"))
     elif model != hami:
-        verdict.disagreements.append(("shares", f"model {model} HAMi {hami}"))
+        verdict.disagreements.append(("shares", f"{node}: model {model} HAMi {hami}"))
 
 
 def judge(case: FitCase, hami: HamiAnswer) -> Verdict:
@@ -100,13 +101,15 @@ def judge(case: FitCase, hami: HamiAnswer) -> Verdict:
 def _judge_nodes(
     verdict: Verdict, case: FitCase, state: ClusterState, request: PodRequest, gpu_policy: Policy, hami: HamiAnswer
 ) -> None:
+    """Per node: does the pod fit, and on which GPUs (HAMi's answer for that node alone)."""
     for name in case.node_names:
-        model_fits = fit_on_node(request, state.nodes[name], gpu_policy) is not None
+        devices = fit_on_node(request, state.nodes[name], gpu_policy)
         hami_fits = name not in hami.failed
-        if model_fits != hami_fits:
-            verdict.disagreements.append(
-                ("node-fit", f"{name}: model {'fits' if model_fits else 'no'}, HAMi {hami.failed.get(name, 'fits')}")
-            )
+        if (devices is not None) != hami_fits:
+            model = "fits" if devices is not None else "no"
+            verdict.disagreements.append(("node-fit", f"{name}: model {model}, HAMi {hami.failed.get(name, 'fits')}"))
+        elif devices is not None and name in hami.devices:
+            _compare_shares(verdict, name, _gpu_shares(devices), _hami_shares(hami.devices[name]))
 
 
 def _judge_choice(
@@ -119,18 +122,12 @@ def _judge_choice(
 ) -> None:
     sim = Simulator(state, *policies)
     placement = sim.place(request, case.node_names)
-    if placement is None or hami.node is None:
+    if placement is None or hami.node is None or placement.node == hami.node:
         return  # whether it fits at all is judged per node
-    node = placement.node
-    if node != hami.node:
-        if hami.node in state.nodes and sim.score(hami.node) == sim.score(node):
-            verdict.tie = True
-            node = hami.node
-        else:
-            verdict.disagreements.append(("node", f"model {node} HAMi {hami.node}"))
-            return
-    devices = fit_on_node(request, state.nodes[node], policies[1])
-    _compare_shares(verdict, _gpu_shares(devices or ()), _hami_shares(hami.devices))
+    if hami.node in state.nodes and sim.score(hami.node) == sim.score(placement.node):
+        verdict.tie = True  # HAMi scores nodes in goroutines: the order among equal scores is arbitrary
+    else:
+        verdict.disagreements.append(("node", f"model {placement.node} HAMi {hami.node}"))
 
 
 # ---- the report -------------------------------------------------------------------------------

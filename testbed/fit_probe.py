@@ -1,8 +1,8 @@
 """Ask the real HAMi scheduler where a case's pod fits: its extender ``filter`` endpoint, directly.
 
 For a batch of cases (testbed/fit_cases.py) the probe creates every case's nodes and preloaded pods,
-waits until HAMi has registered the nodes (``hami.io/node-handshake`` patched by its
-``RegisterFromNodeAnnotations`` loop) and counts the preloaded pods (its metrics list them), then per
+lets HAMi's ``RegisterFromNodeAnnotations`` loop register the nodes (a case whose nodes it has not
+registered yet, ``node unregistered``, is asked again), then per
 case creates the pod (HAMi's webhook mutates it; a node selector that matches nothing keeps
 kube-scheduler from calling HAMi itself) and POSTs ``ExtenderArgs`` with ``NodeNames`` (the chart
 sets ``nodeCacheCapable``) to ``/filter``, exactly what kube-scheduler sends. HAMi's ``Filter``
@@ -23,10 +23,14 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from testbed.cluster import TestBed
-from testbed.fit_cases import CASE_LABEL, FitCase, node_manifest, pod_manifest, preloaded_manifest
+from testbed.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_manifest
 
-HANDSHAKE = "hami.io/node-handshake"  # HAMi pkg/util/types.go HandshakeAnnos["NVIDIA"]
 UNREGISTERED = "node unregistered"  # HAMi getNodesUsage's reason for a node it has not registered
+SETTLE = 1.0  # seconds after creating a batch, for HAMi's informers and register loop
+
+
+class ProbeError(RuntimeError):
+    """HAMi answered with an error, or its answer and the pod disagree."""
 
 
 @dataclass
@@ -34,9 +38,10 @@ class HamiAnswer:
     """What HAMi's Filter said about one case."""
 
     admitted: dict[str, Any] = field(default_factory=dict)  # the pod after HAMi's webhook
-    node: str | None = None
+    node: str | None = None  # HAMi's choice among all the case's nodes
     failed: dict[str, str] = field(default_factory=dict)  # node -> HAMi's reason
-    devices: str | None = None  # hami.io/vgpu-devices-to-allocate as Filter patched it
+    # node -> hami.io/vgpu-devices-to-allocate as Filter patched it, for every node that fits
+    devices: dict[str, str | None] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
 
@@ -53,7 +58,6 @@ class FitProbe:
         self.namespace = namespace
         self.timeout = timeout
         self.filter_url = bed.hami.url + "/filter"
-        self.metrics_url = bed.hami.metrics_url
         self._tls = ssl.create_default_context()
         self._tls.check_hostname = False
         self._tls.verify_mode = ssl.CERT_NONE  # as the chart's extender config: tlsConfig.insecure
@@ -76,27 +80,14 @@ class FitProbe:
                 self.core.create_node(node_manifest(case, n))
 
     def _wait_registered(self, cases: list[FitCase]) -> None:
-        nodes = {n.name for c in cases for n in c.nodes}
-        pods = {p.name for c in cases for p in c.preloaded}
-        deadline = time.monotonic() + self.timeout
-        while True:
-            listed = self.core.list_node(label_selector=CASE_LABEL).items
-            shook = {n.metadata.name for n in listed if (n.metadata.annotations or {}).get(HANDSHAKE)}
-            known = self._pods_in_metrics(pods) if pods else set()
-            if nodes <= shook and pods <= known:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"HAMi did not register {sorted(nodes - shook)[:5]} or count {sorted(pods - known)[:5]}"
-                )
-            time.sleep(0.2)
+        """A moment for HAMi's informers and register loop (which each node add wakes up).
 
-    def _pods_in_metrics(self, names: set[str]) -> set[str]:
-        # cmd/scheduler/metrics.go: hami_vgpu_memory_allocated_bytes{...,pod="<name>",...} per
-        # container device of every pod HAMi's pod manager holds.
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:  # noqa: S310 - http, loopback
-            text = r.read().decode()
-        return {n for n in names if f'pod="{n}"' in text}
+        A node HAMi has not registered yet fails with ``node unregistered`` and is asked again
+        (:meth:`ask`). The preloaded pods were created before the nodes, so HAMi's pod informer has
+        seen them by the time it registers the nodes.
+        """
+        if cases:
+            time.sleep(SETTLE)
 
     def _delete_world(self, cases: Iterable[FitCase]) -> None:
         from kubernetes import client
@@ -117,27 +108,51 @@ class FitProbe:
 
     # ---- one case -----------------------------------------------------------------------------
     def ask(self, case: FitCase) -> HamiAnswer:
+        """HAMi's node choice among all the case's nodes, then each other node alone.
+
+        On success ``Filter`` returns only the chosen node (no ``FailedNodes``), so whether the pod
+        fits each other node, and on which GPUs, is asked node by node. Every call starts by
+        dropping the pod's previous assignment (``TakeAndDeletePod``), so the calls are independent.
+        """
         t0 = time.monotonic()
         created = self.core.create_namespaced_pod(self.namespace, pod_manifest(case))
         answer = HamiAnswer(admitted=self.api.sanitize_for_serialization(created))
-        for _ in range(50):  # retried only while HAMi has not registered a node yet
-            result = self._filter(answer.admitted, case.node_names)
-            failed = result.get("failedNodes") or result.get("FailedNodes") or {}
-            if UNREGISTERED not in failed.values():
-                break
-            time.sleep(0.2)
-        answer.error = result.get("error") or result.get("Error") or None
-        answer.failed = dict(failed)
-        chosen = result.get("nodenames") or result.get("NodeNames") or []
-        if chosen:
-            answer.node = chosen[0]
-            pod = self.core.read_namespaced_pod(case.name, self.namespace)
-            annotations = pod.metadata.annotations or {}
-            answer.devices = annotations.get(ann.POD_DEVICES_TO_ALLOCATE)
-            if annotations.get(ann.POD_VGPU_NODE) != answer.node:
-                answer.error = f"Filter chose {answer.node} but the pod says {annotations.get(ann.POD_VGPU_NODE)}"
+        try:
+            chosen, answer.failed, devices = self._ask_nodes(case, answer.admitted, case.node_names)
+            answer.node = chosen
+            if chosen is not None:
+                answer.devices[chosen] = devices
+                for name in case.node_names:
+                    if name != chosen:
+                        fits, failed, devices = self._ask_nodes(case, answer.admitted, [name])
+                        answer.failed.update(failed)
+                        if fits is not None:
+                            answer.devices[fits] = devices
+        except ProbeError as e:
+            answer.error = str(e)
         answer.seconds = time.monotonic() - t0
         return answer
+
+    def _ask_nodes(
+        self, case: FitCase, pod: dict[str, Any], nodes: list[str]
+    ) -> tuple[str | None, dict[str, str], str | None]:
+        """(chosen node or None, failed node -> reason, the GPUs Filter patched onto the pod)."""
+        deadline = time.monotonic() + self.timeout
+        while True:  # asked again only while HAMi has not registered a node yet
+            result = self._filter(pod, nodes)
+            failed = result.get("failedNodes") or {}
+            if UNREGISTERED not in failed.values() or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if result.get("error"):
+            raise ProbeError(result["error"])
+        chosen = (result.get("nodenames") or [None])[0]
+        if chosen is None:
+            return None, dict(failed), None
+        annotations = self.core.read_namespaced_pod(case.name, self.namespace).metadata.annotations or {}
+        if annotations.get(ann.POD_VGPU_NODE) != chosen:
+            raise ProbeError(f"Filter chose {chosen} but the pod says {annotations.get(ann.POD_VGPU_NODE)}")
+        return chosen, dict(failed), annotations.get(ann.POD_DEVICES_TO_ALLOCATE)
 
     def _filter(self, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
         body = json.dumps({"pod": pod, "nodenames": nodes}).encode()
