@@ -29,6 +29,12 @@ UNREGISTERED = "node unregistered"  # HAMi getNodesUsage's reason for a node it 
 SETTLE = 1.0  # seconds after creating a batch, for HAMi's informers and register loop
 
 
+def _field(result: dict[str, Any], name: str) -> Any:
+    # kube-scheduler's extender/v1 types carry no json tags, so HAMi writes Go's field names
+    # ("NodeNames", "FailedNodes", "Error"); kube-scheduler decodes either case.
+    return result.get(name, result.get(name[0].lower() + name[1:]))
+
+
 class ProbeError(RuntimeError):
     """HAMi answered with an error, or its answer and the pod disagree."""
 
@@ -140,13 +146,13 @@ class FitProbe:
         deadline = time.monotonic() + self.timeout
         while True:  # asked again only while HAMi has not registered a node yet
             result = self._filter(pod, nodes)
-            failed = result.get("failedNodes") or {}
+            failed = _field(result, "FailedNodes") or {}
             if UNREGISTERED not in failed.values() or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        if result.get("error"):
-            raise ProbeError(result["error"])
-        chosen = (result.get("nodenames") or [None])[0]
+        if _field(result, "Error"):
+            raise ProbeError(_field(result, "Error"))
+        chosen = (_field(result, "NodeNames") or [None])[0]
         if chosen is None:
             return None, dict(failed), None
         annotations = self.core.read_namespaced_pod(case.name, self.namespace).metadata.annotations or {}
