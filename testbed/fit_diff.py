@@ -18,7 +18,11 @@ webhook is judged too), and the policies the pod's annotations choose over the c
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +32,7 @@ from hami_place_core import annotations as ann
 from hami_place_core.requests import PodRequest, pod_request
 from hami_place_core.simulate import Policy, Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
-from testbed.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_manifest
+from testbed.fit_cases import FitCase, generate, node_manifest, pod_manifest, preloaded_manifest
 from testbed.fit_probe import HamiAnswer
 
 KINDS = ("webhook", "node-fit", "node", "gpus", "shares", "probe")
@@ -160,3 +164,33 @@ def render(report: dict[str, Any]) -> str:
         f"seed {report['seed']}: {report['cases']} cases, {report['disagreements']} disagreements ({kinds}); "
         f"{report['node_ties']} node ties; {report['seconds']} s"
     )
+
+
+# ---- HAMi's answers, kept: judge them again with another model (e.g. before a fix) -----------------
+def save_answers(directory: Path, seed: int, answers: list[HamiAnswer]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"fit-differential-seed{seed}-hami.json"
+    path.write_text(json.dumps({"seed": seed, "answers": [dataclasses.asdict(a) for a in answers]}) + "\n")
+    return path
+
+
+def rejudge(path: Path) -> dict[str, Any]:
+    """The report for HAMi's saved answers, judged by the hami_place_core this process imports."""
+    saved = json.loads(path.read_text())
+    answers = [HamiAnswer(**a) for a in saved["answers"]]
+    cases = generate(saved["seed"], len(answers))
+    t0 = time.monotonic()
+    return summary(saved["seed"], [judge(c, a) for c, a in zip(cases, answers, strict=True)], time.monotonic() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.fit_diff", description=rejudge.__doc__)
+    parser.add_argument("answers", type=Path, nargs="+", help="fit-differential-seed*-hami.json files")
+    args = parser.parse_args(argv)
+    for path in args.answers:
+        print(render(rejudge(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from testbed.fit_cases import generate
-from testbed.fit_diff import judge, render, summary, write_report
+from testbed.fit_diff import judge, render, save_answers, summary, write_report
 from testbed.fit_probe import FitProbe
 
 pytestmark = [pytest.mark.hami_only, pytest.mark.testbed, pytest.mark.timeout(1800)]
@@ -34,12 +34,14 @@ def test_model_fit_agrees_with_hami(seed, testbed, ns, tmp_path) -> None:
     cases = generate(seed, CASES)
     probe = FitProbe(testbed, ns)
     t0 = time.monotonic()
-    verdicts = []
+    answers = []
     for start in range(0, len(cases), BATCH):
-        batch = cases[start : start + BATCH]
-        verdicts += [judge(c, a) for c, a in zip(batch, probe.run(batch), strict=True)]
+        answers += probe.run(cases[start : start + BATCH])
+    verdicts = [judge(c, a) for c, a in zip(cases, answers, strict=True)]
     report = summary(seed, verdicts, time.monotonic() - t0)
-    path = write_report(Path(os.environ.get("FITDIFF_REPORT_DIR") or tmp_path), report)
-    print(f"\n{render(report)}\nreport: {path}")
+    directory = Path(os.environ.get("FITDIFF_REPORT_DIR") or tmp_path)
+    path = write_report(directory, report)
+    kept = save_answers(directory, seed, answers)  # python -m testbed.fit_diff judges them again
+    print(f"\n{render(report)}\nreport: {path}\nHAMi's answers: {kept}")
     assert report["cases"] >= 300
     assert report["disagreements"] == 0, f"{render(report)}; first: {report['examples'][:5]}"

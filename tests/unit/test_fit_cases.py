@@ -8,7 +8,7 @@ from hami_place_core import annotations as ann
 from hami_place_core.requests import PCT_UNSET, pod_request
 from hami_place_core.simulate import fit_on_node
 from testbed.fit_cases import FEATURES, generate, node_manifest, pod_manifest, preloaded_manifest
-from testbed.fit_diff import judge, model_state, summary
+from testbed.fit_diff import judge, model_state, rejudge, save_answers, summary
 from testbed.fit_probe import HamiAnswer
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -103,3 +103,11 @@ def test_the_judge_names_each_kind_of_disagreement() -> None:
     kinds = {kind for kind, _ in judge(case, answer).disagreements}
     assert kinds == {"webhook", "node-fit"}
     assert judge(case, HamiAnswer(error="boom")).disagreements == [("probe", "boom")]
+
+
+def test_saved_answers_are_judged_again_the_same_way(tmp_path) -> None:
+    cases = generate(21, 30)
+    answers = [_hami_as_the_model(c) for c in cases]
+    direct = summary(21, [judge(c, a) for c, a in zip(cases, answers, strict=True)], 0.0)
+    again = rejudge(save_answers(tmp_path, 21, answers))
+    assert {**again, "seconds": 0.0} == direct
