@@ -144,6 +144,11 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
         pods={d.uuid: [] for d in devices},
         ready=_ready(node),
         unschedulable=bool(spec.get("unschedulable")),
+        # HAMi v2.10 reads hami.io/device-cordon from the Node it stored when it last registered the
+        # node's devices (cordonedDevices(nodeInfo), pkg/device/nvidia/device.go), i.e. when the
+        # register annotation or the allocatable GPU count changed (NvidiaGPUDevices.CheckHealth):
+        # a cordon added later is ignored by HAMi until then. We read the annotation as it is now,
+        # so a fresh cordon is honoured earlier than HAMi honours it (docs/hami-fit-differential.md).
         cordoned=frozenset(ann.split_list(annotations.get(ann.NODE_DEVICE_CORDON))),
         labels=dict(meta.get("labels") or {}),
         taints=tuple(spec.get("taints") or ()),
