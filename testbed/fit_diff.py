@@ -13,6 +13,9 @@ webhook is judged too), and the policies the pod's annotations choose over the c
 - ``gpus``: on a node where both fit the pod, the GPUs picked for a container differ (order
   included: it is HAMi's walk order);
 - ``shares``: the memory or cores charged on a GPU differ;
+- ``encoding``: on the node both choose, with the same GPUs, the model's
+  ``hami.io/vgpu-devices-allocated`` value differs from what HAMi wrote (its segments: one per
+  container that got GPUs);
 - ``probe``: HAMi answered with an error.
 """
 
@@ -35,7 +38,7 @@ from hami_place_core.state import ClusterState, build_state
 from testbed.fit_cases import FitCase, generate, node_manifest, pod_manifest, preloaded_manifest
 from testbed.fit_probe import HamiAnswer
 
-KINDS = ("webhook", "node-fit", "node", "gpus", "shares", "probe")
+KINDS = ("webhook", "node-fit", "node", "gpus", "shares", "encoding", "probe")
 Shares = tuple[tuple[tuple[str, int, int], ...], ...]  # per GPU container: (uuid, MiB, cores)
 
 
@@ -126,8 +129,14 @@ def _judge_choice(
 ) -> None:
     sim = Simulator(state, *policies)
     placement = sim.place(request, case.node_names)
-    if placement is None or hami.node is None or placement.node == hami.node:
+    if placement is None or hami.node is None:
         return  # whether it fits at all is judged per node
+    if placement.node == hami.node:
+        encoded = hami.devices.get(hami.node)
+        same_gpus = _gpu_shares(placement.containers) == _hami_shares(encoded)  # else counted as gpus
+        if same_gpus and placement.encoded != encoded:  # the annotation as written, segments and all
+            verdict.disagreements.append(("encoding", f"model {placement.encoded!r} HAMi {encoded!r}"))
+        return
     if hami.node in state.nodes and sim.score(hami.node) == sim.score(placement.node):
         verdict.tie = True  # HAMi scores nodes in goroutines: the order among equal scores is arbitrary
     else:

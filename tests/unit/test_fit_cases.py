@@ -111,3 +111,20 @@ def test_saved_answers_are_judged_again_the_same_way(tmp_path) -> None:
     direct = summary(21, [judge(c, a) for c, a in zip(cases, answers, strict=True)], 0.0)
     again = rejudge(save_answers(tmp_path, 21, answers))
     assert {**again, "seconds": 0.0} == direct
+
+
+def test_an_empty_segment_for_a_gpu_less_container_is_an_encoding_disagreement() -> None:
+    # HAMi writes segments only for containers that got GPUs (pkg/scheduler/score.go)
+    candidates = [c for c in generate(21, 300) if not c.annotations and None in c.containers and len(c.nodes) == 1]
+    placed = [(c, _fit_alone(c)) for c in candidates]
+    case, devices = next((c, d) for c, d in placed if d is not None)
+    answer = HamiAnswer(admitted=pod_manifest(case), node=case.node_names[0])
+    answer.devices[answer.node] = ann.encode_pod_devices(devices)  # with the empty segments
+    assert "encoding" in {kind for kind, _ in judge(case, answer).disagreements}
+    answer.devices[answer.node] = ann.encode_pod_devices(tuple(d for d in devices if d))
+    assert "encoding" not in {kind for kind, _ in judge(case, answer).disagreements}
+
+
+def _fit_alone(case):
+    request = pod_request(pod_manifest(case), webhook=True)
+    return fit_on_node(request, model_state(case).nodes[case.node_names[0]], "spread")
