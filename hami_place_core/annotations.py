@@ -273,8 +273,9 @@ class PodDevicesDecoding:
 def decode_pod_devices(value: str | None) -> PodDevicesDecoding:
     """Decode ``hami.io/vgpu-devices-allocated``: containers end with ``;``, devices with ``:``.
 
-    Containers keep their pod order (since v2.9.0 init containers come first) and containers
-    without GPUs keep an empty segment, so positions line up with the pod spec.
+    Containers keep their pod order (since v2.9.0 init containers come first). HAMi v2.10 writes a
+    segment only for containers that got GPUs (``pkg/scheduler/score.go``); a value with one segment
+    per container, empty ones included, is read too. ``state._align`` lines them up with the pod spec.
     """
     if value is None or value == "":
         return PodDevicesDecoding()

@@ -167,8 +167,8 @@ def _align(segments: Segments, request: PodRequest) -> tuple[Segments, Segments,
     (``allocateAppContainers``/``allocateInitContainers`` in ``pkg/scheduler/score.go`` append the
     empty segment of a GPU-less container under the node's device *type* keys, not under
     ``"NVIDIA"``, so ``PatchAnnotations`` in ``pkg/device/nvidia/device.go`` never writes it).
-    Older versions, and a node whose GPUs are registered with the bare type ``NVIDIA``, write one
-    segment per container; ≤v2.8 app containers only.
+    A node whose GPUs are registered with the bare type ``NVIDIA`` gets one segment per container,
+    and values written that way by other tools (hami-place's own stand-in) read the same.
     """
     n_init, n_app = len(request.init), len(request.containers)
     if len(segments) == n_init + n_app:
@@ -178,7 +178,7 @@ def _align(segments: Segments, request: PodRequest) -> tuple[Segments, Segments,
         it = iter(segments)
         full = tuple(next(it) if w else () for w in wants)
         return full[:n_init], full[n_init:], None
-    # Anything else is read as app containers, summed.
+    # ≤v2.8 lists app containers only; anything else is read as app containers, summed.
     warning = None
     if n_app and len(segments) not in (n_app, 0):
         warning = f"{len(segments)} container segments for {n_init} init + {n_app} app containers"
