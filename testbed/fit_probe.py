@@ -2,7 +2,7 @@
 
 For a batch of cases (testbed/fit_cases.py) the probe creates every case's nodes and preloaded pods,
 lets HAMi's ``RegisterFromNodeAnnotations`` loop register the nodes (a case whose nodes it has not
-registered yet, ``node unregistered``, is asked again), then per
+registered yet is asked again), then per
 case creates the pod (HAMi's webhook mutates it; a node selector that matches nothing keeps
 kube-scheduler from calling HAMi itself) and POSTs ``ExtenderArgs`` with ``NodeNames`` (the chart
 sets ``nodeCacheCapable``) to ``/filter``, exactly what kube-scheduler sends. HAMi's ``Filter``
@@ -25,7 +25,9 @@ from hami_place_core import annotations as ann
 from testbed.cluster import TestBed
 from testbed.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_manifest
 
-UNREGISTERED = "node unregistered"  # HAMi getNodesUsage's reason for a node it has not registered
+# HAMi getNodesUsage's reasons for a node it has not registered yet, or registered between listing
+# the nodes and looking this one up (pkg/scheduler/scheduler.go): asked again, they are transient.
+NOT_YET = ("node unregistered", "node usage unavailable")
 SETTLE = 1.0  # seconds after creating a batch, for HAMi's informers and register loop
 
 
@@ -88,9 +90,10 @@ class FitProbe:
     def _wait_registered(self, cases: list[FitCase]) -> None:
         """A moment for HAMi's informers and register loop (which each node add wakes up).
 
-        A node HAMi has not registered yet fails with ``node unregistered`` and is asked again
-        (:meth:`ask`). The preloaded pods were created before the nodes, so HAMi's pod informer has
-        seen them by the time it registers the nodes.
+        A node HAMi has not registered yet fails with ``node unregistered`` (or, caught in the
+        middle, ``node usage unavailable``) and is asked again (:meth:`_ask_nodes`). The preloaded
+        pods were created before the nodes, so HAMi's pod informer has seen them by the time it
+        registers the nodes.
         """
         if cases:
             time.sleep(SETTLE)
@@ -147,7 +150,7 @@ class FitProbe:
         while True:  # asked again only while HAMi has not registered a node yet
             result = self._filter(pod, nodes)
             failed = _field(result, "FailedNodes") or {}
-            if UNREGISTERED not in failed.values() or time.monotonic() > deadline:
+            if not set(NOT_YET) & set(failed.values()) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         if _field(result, "Error"):
