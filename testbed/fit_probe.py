@@ -1,8 +1,7 @@
 """Ask the real HAMi scheduler where a case's pod fits: its extender ``filter`` endpoint, directly.
 
 For a batch of cases (testbed/fit_cases.py) the probe creates every case's nodes and preloaded pods,
-lets HAMi's ``RegisterFromNodeAnnotations`` loop register the nodes (a case whose nodes it has not
-registered yet is asked again), then per
+waits until HAMi's ``RegisterFromNodeAnnotations`` loop has registered the nodes, then per
 case creates the pod (HAMi's webhook mutates it; a node selector that matches nothing keeps
 kube-scheduler from calling HAMi itself) and POSTs ``ExtenderArgs`` with ``NodeNames`` (the chart
 sets ``nodeCacheCapable``) to ``/filter``, exactly what kube-scheduler sends. HAMi's ``Filter``
@@ -28,7 +27,6 @@ from testbed.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_ma
 # HAMi getNodesUsage's reasons for a node it has not registered yet, or registered between listing
 # the nodes and looking this one up (pkg/scheduler/scheduler.go): asked again, they are transient.
 NOT_YET = ("node unregistered", "node usage unavailable")
-SETTLE = 1.0  # seconds after creating a batch, for HAMi's informers and register loop
 
 
 def _field(result: dict[str, Any], name: str) -> Any:
@@ -88,15 +86,30 @@ class FitProbe:
                 self.core.create_node(node_manifest(case, n))
 
     def _wait_registered(self, cases: list[FitCase]) -> None:
-        """A moment for HAMi's informers and register loop (which each node add wakes up).
+        """Until HAMi has registered every node of the batch (its register loop wakes on node adds).
 
-        A node HAMi has not registered yet fails with ``node unregistered`` (or, caught in the
-        middle, ``node usage unavailable``) and is asked again (:meth:`_ask_nodes`). The preloaded
-        pods were created before the nodes, so HAMi's pod informer has seen them by the time it
-        registers the nodes.
+        HAMi is asked for a pod that fits no node (more GPUs than any node has): a registered
+        node fails with ``NodeInsufficientDevice``, one not registered yet with ``node
+        unregistered``. A failed ``Filter`` writes nothing but an Event. The preloaded pods were
+        created before the nodes, so HAMi's pod informer has seen them by then. (A case whose node
+        is caught in the middle anyway is asked again: :meth:`_ask_nodes`.)
         """
-        if cases:
-            time.sleep(SETTLE)
+        nodes = [n.name for c in cases for n in c.nodes]
+        deadline = time.monotonic() + self.timeout
+        while nodes and time.monotonic() < deadline:
+            failed = _field(self._filter(self._unfittable(), nodes), "FailedNodes") or {}
+            if len(failed) == len(nodes) and not set(NOT_YET) & set(failed.values()):
+                return
+            time.sleep(0.2)
+
+    def _unfittable(self) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": "64"}
+        return {
+            "metadata": {"name": "fit-probe-registration", "namespace": self.namespace, "uid": "fit-probe"},
+            "spec": {
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}]
+            },
+        }
 
     def _delete_world(self, cases: Iterable[FitCase]) -> None:
         from kubernetes import client
