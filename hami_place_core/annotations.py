@@ -313,5 +313,19 @@ def split_list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
+def use_list(value: str | None) -> tuple[str, ...]:
+    """A ``use-gpuuuid``/``use-gputype`` value as HAMi v2.10 ``CheckUUID``/``CheckType`` read it.
+
+    ``pkg/device/devices.go``: a blank value is no constraint; any other value is a constraint
+    whose items are trimmed, and a blank item matches no device. So a value of separators only
+    (``","``, ``" , "``) allows nothing: it reads as the one item ``""``, which no UUID or type
+    matches (:class:`~hami_place_core.requests.DeviceSelectors` skips blank type items).
+    """
+    items = split_list(value)
+    if items or not value or not value.strip():
+        return items
+    return ("",)
+
+
 def join_list(items: list[str] | tuple[str, ...]) -> str:
     return ",".join(items)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_UP, Decimal, InvalidOperation
 
 _SUFFIX = {
     "": Decimal(1),
@@ -64,3 +64,12 @@ def as_int64(value: object) -> int | None:
     if not -(2**63) <= n < 2**63:
         return None
     return n
+
+
+def value_ceil(value: object) -> int | None:
+    """Go's Quantity.Value(): the value rounded up (away from zero) to an integer; None if invalid."""
+    try:
+        q = parse_quantity(value)
+    except QuantityError:
+        return None
+    return int(q.to_integral_value(rounding=ROUND_UP))

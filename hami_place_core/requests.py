@@ -7,10 +7,12 @@ Rules from HAMi v2.10.0 ``NvidiaGPUDevices.GenerateResourceRequests`` (``pkg/dev
 - ``pct`` = ``nvidia.com/gpumem-percentage``, clamped to 100, and ≤0 means unset (sentinel 101);
 - neither given: ``mem = defaultMemory`` if that is non-zero, else ``pct = 100``;
 - ``cores`` = ``nvidia.com/gpucores``, else ``defaultCores``.
-HAMi's webhook (``pkg/scheduler/webhook.go``, v2.7+) adds ``nvidia.com/gpu: defaultGPUNum`` to a
-container that asks only for memory/cores, and ``gpucores: 100`` when memory is exclusive; those
-are mutations of the pod, applied with ``webhook=True`` when reading a pod *template* that has
-not been through HAMi's admission yet.
+HAMi's webhook (``NvidiaGPUDevices.MutateAdmission`` in ``pkg/device/nvidia/device.go``, v2.7+) adds
+``nvidia.com/gpu: defaultGPUNum`` to a container whose *limits* ask only for memory/cores
+(``mutateContainerResource``), and ``gpucores: 100`` when memory is exclusive
+(``defaultExclusiveCoreIfNeeded``, mirrored by :func:`_exclusive_memory`); those are mutations of
+the pod, applied with ``webhook=True`` when reading a pod *template* that has not been through
+HAMi's admission yet.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core import annotations as ann
-from hami_place_core.quantity import as_int64
+from hami_place_core.quantity import as_int64, value_ceil
 
 RES_GPU = "nvidia.com/gpu"
 RES_MEM = "nvidia.com/gpumem"
@@ -87,26 +89,28 @@ class DeviceSelectors:
         if not any(k in a for k in _SELECTOR_KEYS):
             return _NO_SELECTORS
         return cls(
-            use_uuids=ann.split_list(a.get(ann.USE_GPU_UUID)),
+            use_uuids=ann.use_list(a.get(ann.USE_GPU_UUID)),
             nouse_uuids=ann.split_list(a.get(ann.NOUSE_GPU_UUID)),
-            use_types=ann.split_list(a.get(ann.USE_GPU_TYPE)),
+            use_types=ann.use_list(a.get(ann.USE_GPU_TYPE)),
             nouse_types=ann.split_list(a.get(ann.NOUSE_GPU_TYPE)),
         )
 
     def uuid_allowed(self, uuid: str) -> bool:
-        # v2.10 CheckUUID: an empty list is no constraint; use- and nouse- both apply.
+        # v2.10 CheckUUID: an empty list is no constraint; use- and nouse- both apply. A use-list
+        # of separators only is ("",), which no UUID equals (annotations.use_list).
         if self.use_uuids and uuid not in self.use_uuids:
             return False
         return uuid not in self.nouse_uuids
 
     def type_allowed(self, gpu_type: str) -> bool:
-        # CheckType: case-insensitive substring match against the registered type.
+        # CheckType (pkg/device/devices.go): case-insensitive substring match against the
+        # registered type; a blank item matches nothing (see annotations.use_list).
         if not self.use_types and not self.nouse_types:
             return True
         upper = gpu_type.upper()
-        if self.use_types and not any(t.upper() in upper for t in self.use_types):
+        if self.use_types and not any(t and t.upper() in upper for t in self.use_types):
             return False
-        return not any(t.upper() in upper for t in self.nouse_types)
+        return not any(t and t.upper() in upper for t in self.nouse_types)
 
 
 _SELECTOR_KEYS = (ann.USE_GPU_UUID, ann.NOUSE_GPU_UUID, ann.USE_GPU_TYPE, ann.NOUSE_GPU_TYPE)
@@ -134,23 +138,55 @@ class PodRequest:
         return max((r.nums for r in (*self.init, *self.containers) if r is not None), default=0)
 
 
-def _value(resources: Mapping[str, Any] | None, name: str) -> int | None:
+def _raw(resources: Mapping[str, Any] | None, name: str) -> Any:
+    """The resource's value from limits, falling back to requests, as every HAMi reader does."""
     if not resources:
         return None
     limits = resources.get("limits") or {}
     requests = resources.get("requests") or {}
-    raw = limits.get(name) if name in limits else requests.get(name)
-    if raw is None:
-        return None
-    return as_int64(raw)
+    return limits.get(name) if name in limits else requests.get(name)
+
+
+def _value(resources: Mapping[str, Any] | None, name: str) -> int | None:
+    raw = _raw(resources, name)
+    return None if raw is None else as_int64(raw)
+
+
+_BOTH = ("limits", "requests")
+
+
+def _present(resources: Mapping[str, Any] | None, name: str, sections: tuple[str, ...] = _BOTH) -> bool:
+    """The resource is named at all (HAMi ``resourcePresent``), whatever its value."""
+    return any(name in ((resources or {}).get(s) or {}) for s in sections)
+
+
+def _webhook_gpu_num(resources: Mapping[str, Any] | None, config: HamiConfig) -> bool:
+    """HAMi ``mutateContainerResource``: only *limits* of memory/cores, and no count, imply defaultGPUNum."""
+    if _present(resources, RES_GPU, ("limits",)) or config.default_gpu_num <= 0:
+        return False
+    return any(_present(resources, r, ("limits",)) for r in (RES_CORES, RES_MEM, RES_MEM_PCT))
+
+
+def _exclusive_memory(resources: Mapping[str, Any] | None, count_present: bool) -> bool:
+    """HAMi ``defaultExclusiveCoreIfNeeded`` (``pkg/device/nvidia/device.go``): the webhook sets
+    ``gpucores: 100`` when a container names a GPU count, names no cores, and either names a
+    memory percentage whose ``Quantity.Value()`` is exactly 100 or names no memory at all.
+    Presence decides, not the parsed value: a fractional or zero ``gpumem`` still counts as named.
+    """
+    if not count_present or _present(resources, RES_CORES):
+        return False
+    if _present(resources, RES_MEM_PCT):
+        return value_ceil(_raw(resources, RES_MEM_PCT)) == 100
+    return not _present(resources, RES_MEM)
 
 
 def container_request(
     resources: Mapping[str, Any] | None, config: HamiConfig = DEFAULT_CONFIG, webhook: bool = False
 ) -> GpuRequest | None:
     nums = _value(resources, RES_GPU)
-    if webhook and nums is None and any(_value(resources, r) is not None for r in (RES_MEM, RES_MEM_PCT, RES_CORES)):
-        nums = config.default_gpu_num  # MutateAdmission: memory/cores alone imply defaultGPUNum GPUs
+    injected = webhook and _webhook_gpu_num(resources, config)
+    if injected:
+        nums = config.default_gpu_num
     if nums is None or nums <= 0:
         return None
     mem = _value(resources, RES_MEM)
@@ -163,7 +199,7 @@ def container_request(
         else:
             mem_percentage = 100
     cores = _value(resources, RES_CORES)
-    if webhook and cores is None and (mem_percentage == 100 or (_value(resources, RES_MEM) is None and pct is None)):
+    if webhook and _exclusive_memory(resources, injected or _present(resources, RES_GPU)):
         cores = 100  # v2.7+ (#1354): an exclusive-memory container gets all the cores
     coresreq = cores if cores is not None else config.default_cores
     coresreq = min(max(coresreq, 0), 100)  # normalizeCoresreq clamps >100 (fit_checks.go)

@@ -5,21 +5,24 @@ Mirrors Project-HAMi/HAMi v2.10 (file paths below are in that repository):
 * **Per-GPU Fit** is :func:`hami_place_core.fit.gpu_fit_reason` (``NvidiaGPUDevices.Fit`` in
   ``pkg/device/nvidia/device.go``): health, cordon, type and UUID selectors, share slots, memory,
   cores, exclusivity, exhausted compute.
-* **GPU order** (``pkg/scheduler/policy/gpu_policy.go``): every GPU of the node gets
-  ``DeviceListsScore.ComputeScore`` = 10 x (slots + cores + memory shares the GPU would hold with
-  the request added); the list is ``sort.Sort``-ed with ``DeviceUsageList.Less`` and
-  ``Fit`` walks it *from the end* (``for i := len(devices) - 1; i >= 0; i--``), taking the first
-  ``nums`` GPUs that fit. Net effect: ``spread`` (chart default) tries the highest NUMA node first,
-  then the lowest score; ``binpack`` the lowest NUMA node first, then the highest score. Go's
-  ``sort.Sort`` is an insertion sort (stable) for up to 12 elements and the list starts in
-  registration (index) order, so among equal scores the walk from the end meets the highest index
-  first; we use that tie-break for any GPU count.
-  The memory term copies a Go quirk: ``Totalmem * (MemPercentagereq / 100.0)`` is integer
-  division, so a percentage request below 100 adds nothing to the score.
+* **GPU order** (``pkg/scheduler/policy/gpu_policy.go``, ``pkg/scheduler/score.go``
+  ``fitInDevices``): per container, every GPU of the node gets ``DeviceListsScore.ComputeScore`` =
+  10 x (slots + cores + memory shares already used), in float32. The request's own slot, cores
+  and memory are added only on a GPU whose registered type equals the request's type
+  (``"NVIDIA"``), which no device plugin writes (it registers the model, e.g. ``NVIDIA A100...``):
+  in practice the request does not count. The node's list is then ``sort.Sort``-ed *in place* with
+  ``DeviceUsageList.Less``: score first (``spread``: highest first; ``binpack``: lowest first),
+  NUMA only breaking ties (#1806, lower NUMA first) when the pod does not ask for NUMA binding. The
+  list starts in registration order (the register annotation's order) and keeps the order the
+  previous container's sort left, since it is sorted, never rebuilt; Go's ``sort.Sort`` is an
+  insertion sort, hence stable, for up to 12 GPUs (above that pdqsort is not stable and ties are
+  not modelled). ``Fit`` (``pkg/device/nvidia/device.go``) gets the GPUs whose type contains
+  "nvidia" (``getNodeResources``), walks them *from the end* and takes the first ``nums`` that fit.
+  Net effect for ``spread`` (chart default): the least used GPU first, then the higher NUMA node.
 * **Node choice** (``pkg/scheduler/score.go`` ``scoreNode`` and
   ``pkg/scheduler/policy/node_policy.go``): ``NodeScore.ComputeDefaultScore`` = 10 x (used slots /
-  all slots + used cores / all cores + used memory / all memory) over the node's GPUs *before*
-  the pod is added; the NVIDIA ``ScoreNode`` override returns 0. ``Filter`` sorts with
+  all slots + used cores / all cores + used memory / all memory) in float32 over the node's GPUs
+  *before* the pod is added; the NVIDIA ``ScoreNode`` override returns 0. ``Filter`` sorts with
   ``NodeScoreList.Less`` and takes the last element: ``binpack`` (chart default) picks the highest
   score, ``spread`` the lowest. HAMi scores nodes in goroutines, so its order among equal scores
   is arbitrary; we break ties by node name, which keeps the simulation deterministic.
@@ -36,6 +39,7 @@ kube-scheduler's own filters (CPU, memory, taints, affinity): pass the nodes tho
 from __future__ import annotations
 
 import copy
+import struct
 import uuid as uuidlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +47,7 @@ from typing import Any, Literal
 
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
-from hami_place_core.fit import GpuUsage, gpu_fit_reason
+from hami_place_core.fit import GpuUsage, add_usage, gpu_fit_reason
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import PCT_UNSET, GpuRequest, PodRequest
 from hami_place_core.state import (
@@ -88,21 +92,38 @@ def _check_policy(name: str, value: str) -> None:
         raise ValueError(f"{name} must be one of {', '.join(POLICIES)}, got {value!r}")
 
 
+def f32(x: float) -> float:
+    """`x` rounded to float32, as Go's float32 arithmetic rounds after every operation."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def _ratio(a: int, b: int) -> float:
+    return f32(f32(a) / f32(b))
+
+
 def gpu_score(request: GpuRequest, gpu: GpuDevice, usage: GpuUsage) -> float:
-    """HAMi's ``DeviceListsScore.ComputeScore`` for one container request on one GPU."""
-    mem = request.memreq
-    if request.mem_percentage not in (0, PCT_UNSET):
-        # Go: ds.Device.Totalmem * (container.MemPercentagereq / 100.0) with int32 operands: the
-        # division is integer division, so only 100% contributes.
-        mem = gpu.devmem * (request.mem_percentage // 100)
-    used = (request.nums + usage.used) / gpu.count if gpu.count else float("inf")
-    cores = (request.coresreq + usage.usedcores) / gpu.devcore if gpu.devcore else float("inf")
-    memory = (mem + usage.usedmem) / gpu.devmem if gpu.devmem else float("inf")
-    return WEIGHT * (used + cores + memory)
+    """HAMi's ``DeviceListsScore.ComputeScore`` (``pkg/scheduler/policy/gpu_policy.go``) for one
+    container request on one GPU, with the default weights 1/1/1, in float32."""
+    if not (gpu.count and gpu.devcore and gpu.devmem):
+        return 0.0
+    slots = cores = mem = 0
+    # `container.Type != ds.Device.Type`: the request ("NVIDIA") counts only on a GPU registered
+    # with exactly that type; real registrations carry the model name, so it normally does not.
+    if gpu.type == NVIDIA_DEVICE_TYPE:
+        slots, cores = 1, request.coresreq
+        if request.mem_percentage not in (0, PCT_UNSET):
+            mem = gpu.devmem * request.mem_percentage // 100
+        else:
+            mem = request.memreq
+    used = _ratio(slots + usage.used, gpu.count)
+    core = _ratio(cores + usage.usedcores, gpu.devcore)
+    memory = _ratio(mem + usage.usedmem, gpu.devmem)
+    return f32(WEIGHT * f32(f32(used + core) + memory))
 
 
 def node_score(node: NodeState) -> float:
-    """HAMi's ``NodeScore.ComputeDefaultScore``: how used the node's GPUs are, before placing."""
+    """HAMi's ``NodeScore.ComputeDefaultScore`` (``pkg/scheduler/policy/node_policy.go``): how used
+    the node's GPUs are, before placing, in float32."""
     used = count = usedcores = devcore = usedmem = devmem = 0
     for g in node.devices:
         u = node.usage[g.uuid]
@@ -114,14 +135,49 @@ def node_score(node: NodeState) -> float:
         devmem += g.devmem
     if not (count and devcore and devmem):
         return 0.0
-    return WEIGHT * (used / count + usedcores / devcore + usedmem / devmem)
+    total = f32(f32(_ratio(used, count) + _ratio(usedcores, devcore)) + _ratio(usedmem, devmem))
+    return f32(WEIGHT * total)
 
 
-def _gpu_order_key(policy: Policy, score: float, gpu: GpuDevice) -> tuple[float, float, int]:
-    # The order in which HAMi's Fit meets the GPUs (see the module docstring): first element first.
-    if policy == "spread":
-        return (-gpu.numa, score, -gpu.index)
-    return (gpu.numa, -score, -gpu.index)
+def _less_key(policy: Policy, score: float, gpu: GpuDevice) -> tuple[float, int]:
+    # DeviceUsageList.Less without numa-bind: score first, then the lower NUMA node (#1806).
+    return (-score if policy == "spread" else score, gpu.numa)
+
+
+def registration_order(node: NodeState) -> list[GpuDevice]:
+    """The node's GPUs in the register annotation's order: HAMi's device list starts so."""
+    pos = {d.uuid: i for i, d in enumerate(node.register.devices)}
+    return sorted(node.devices, key=lambda d: pos.get(d.uuid, len(pos) + d.index))
+
+
+def _is_nvidia(gpu: GpuDevice) -> bool:
+    # score.go getNodeResources: the devices handed to the NVIDIA Fit are those whose type
+    # contains the request's type, case-insensitively.
+    return NVIDIA_DEVICE_TYPE.lower() in gpu.type.lower()
+
+
+def _fit_container(
+    req: GpuRequest,
+    request: PodRequest,
+    node: NodeState,
+    policy: Policy,
+    order: list[GpuDevice],
+    scratch: dict[str, GpuUsage],
+) -> list[GpuDevice] | None:
+    """One container, as ``fitInDevices`` + NVIDIA ``Fit``: re-sort `order` in place (Python's sort
+    is stable, as Go's insertion sort is up to 12 GPUs), then walk it from the end."""
+    scores = {g.uuid: gpu_score(req, g, scratch[g.uuid]) for g in order}
+    order.sort(key=lambda g: _less_key(policy, scores[g.uuid], g))
+    nvidia = [g for g in order if _is_nvidia(g)]
+    if req.nums > len(nvidia):
+        return None  # NodeInsufficientDevice (fitInDevices checks this before Fit)
+    chosen: list[GpuDevice] = []
+    for g in reversed(nvidia):
+        if gpu_fit_reason(req, g, scratch[g.uuid], request.selectors, node.cordoned) is None:
+            chosen.append(g)
+            if len(chosen) == req.nums:
+                return chosen
+    return None
 
 
 def fit_on_node(
@@ -132,34 +188,28 @@ def fit_on_node(
 ) -> tuple[tuple[ContainerDevice, ...], ...] | None:
     """Per app container, the GPU shares HAMi would pick on `node`, or None if the pod does not fit.
 
-    `usage` defaults to the node's own; it is never modified.
+    Containers without GPUs get an empty tuple (their position is kept). `usage` defaults to the
+    node's own; it is never modified.
     """
     _check_policy("gpu_policy", gpu_policy)
     if any(r is not None for r in request.init):
         raise NotImplementedError("simulate does not place init containers that request GPUs")
     base = usage if usage is not None else node.usage
-    scratch: dict[str, GpuUsage] = {}
+    scratch = {g.uuid: (base.get(g.uuid) or GpuUsage()).copy() for g in node.devices}
+    order = registration_order(node)  # sorted in place per container, as HAMi's list is
     out: list[tuple[ContainerDevice, ...]] = []
     for req in request.containers:
         if req is None:
             out.append(())
             continue
-        if req.nums > len(node.devices):
-            return None  # NodeInsufficientDevice (fitInDevices checks this before Fit)
-        candidates = []
-        for g in node.devices:
-            u = scratch.get(g.uuid) or base.get(g.uuid) or GpuUsage()
-            if gpu_fit_reason(req, g, u, request.selectors, node.cordoned) is None:
-                candidates.append((_gpu_order_key(gpu_policy, gpu_score(req, g, u), g), g, u))
-        if len(candidates) < req.nums:
+        chosen = _fit_container(req, request, node, gpu_policy, order, scratch)
+        if chosen is None:
             return None
-        candidates.sort(key=lambda c: c[0])
-        chosen = []
-        for _, g, u in candidates[: req.nums]:
-            mem = req.memory_on(g.devmem)
-            chosen.append(ContainerDevice(g.uuid, NVIDIA_DEVICE_TYPE, mem, req.coresreq))
-            scratch[g.uuid] = GpuUsage(u.used + 1, u.usedmem + mem, u.usedcores + req.coresreq)
-        out.append(tuple(chosen))
+        devs = []
+        for g in chosen:
+            devs.append(ContainerDevice(g.uuid, NVIDIA_DEVICE_TYPE, req.memory_on(g.devmem), req.coresreq))
+            add_usage(scratch[g.uuid], req, g)
+        out.append(tuple(devs))
     return tuple(out)
 
 

@@ -120,6 +120,13 @@ def test_selection_lists_trim_and_drop_empties() -> None:
     assert ann.split_list(None) == ()
 
 
+def test_use_list_keeps_a_separators_only_value_as_a_constraint() -> None:
+    # HAMi pkg/device/devices.go CheckUUID/CheckType: only a blank value is "no constraint"
+    assert ann.use_list(" GPU-a, ,GPU-b ,") == ("GPU-a", "GPU-b")
+    assert ann.use_list(",") == ann.use_list(" , ") == ("",)
+    assert ann.use_list(" ") == ann.use_list("") == ann.use_list(None) == ()
+
+
 # ---- property tests -----------------------------------------------------------------------------
 uuids = st.from_regex(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", fullmatch=True)
 gpu_types = st.sampled_from(["NVIDIA A100-SXM4-80GB", "NVIDIA-Tesla T4", "NVIDIA-Tesla V100-SXM2-32GB"])

@@ -72,6 +72,53 @@ def test_webhook_mutations_for_templates() -> None:
     assert container_request({"limits": {"nvidia.com/gpumem": "1000"}}) is None
 
 
+@pytest.mark.parametrize(
+    ("limits", "requests", "cores"),
+    [
+        ({"nvidia.com/gpu": "1"}, {}, 100),  # no memory named: exclusive
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100"}, {}, 100),
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "99.5"}, {}, 100),  # Quantity.Value() rounds up
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "0"}, {}, 0),  # named, not 100: whole memory, no cores
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}, {}, 0),  # exactly 100 only
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "0"}, {}, 0),  # memory named (even 0): not exclusive
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1.5"}, {}, 0),  # a fractional memory is still named
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "0.5"}, {}, 0),  # cores named: left alone
+        ({"nvidia.com/gpu": "1"}, {"nvidia.com/gpumem": "10"}, 0),  # requests count as named
+        ({"nvidia.com/gpumem-percentage": "100"}, {}, 100),  # count added by the webhook first
+    ],
+)
+def test_webhook_exclusive_cores_follow_hamis_presence_rules(limits, requests, cores) -> None:
+    # HAMi pkg/device/nvidia/device.go defaultExclusiveCoreIfNeeded / resourcePresent / resourceValue
+    req = container_request({"limits": limits, "requests": requests}, webhook=True)
+    assert req is not None and req.coresreq == cores
+
+
+def test_webhook_adds_the_gpu_count_only_from_limits() -> None:
+    # mutateContainerResource looks at limits alone; a count-less request in `requests` is no GPU
+    assert container_request({"requests": {"nvidia.com/gpumem-percentage": "50"}}, webhook=True) is None
+    no_default = HamiConfig(default_gpu_num=0)
+    assert container_request({"limits": {"nvidia.com/gpucores": "20"}}, no_default, webhook=True) is None
+
+
+@pytest.mark.parametrize("value", [",", " , ", ",,"])
+def test_a_use_list_of_separators_only_allows_no_gpu(value) -> None:
+    # HAMi pkg/device/devices.go CheckUUID/CheckType: a non-blank value is a constraint, and its
+    # blank items match no device id or type.
+    for key, reason in (
+        ("nvidia.com/use-gpuuuid", fit.CARD_UUID_MISMATCH),
+        ("nvidia.com/use-gputype", fit.CARD_TYPE_MISMATCH),
+    ):
+        sel = DeviceSelectors.from_annotations({key: value})
+        assert gpu_fit_reason(GpuRequest(1, 0, 10, 10), A100, GpuUsage(), sel) == reason
+    # ... while blank values, and nouse- lists of separators, constrain nothing
+    for a in (
+        {"nvidia.com/use-gpuuuid": " "},
+        {"nvidia.com/nouse-gpuuuid": value},
+        {"nvidia.com/nouse-gputype": value},
+    ):
+        assert gpu_fit_reason(GpuRequest(1, 0, 10, 10), A100, GpuUsage(), DeviceSelectors.from_annotations(a)) is None
+
+
 def test_pod_request_reads_selectors_and_init_containers() -> None:
     pod = {
         "metadata": {"annotations": {"nvidia.com/use-gpuuuid": "GPU-a, GPU-b", "nvidia.com/nouse-gputype": "t4"}},

@@ -18,6 +18,7 @@ from hami_place_core.simulate import (
     apply,
     bind,
     evict,
+    f32,
     fit_on_node,
     gpu_score,
     gpu_uuid,
@@ -110,25 +111,74 @@ def test_binpack_gpu_policy_stacks_shares_on_one_gpu() -> None:
     assert len(gpus) == 1
 
 
-def test_numa_order_follows_hami_sort() -> None:
-    # DeviceUsageList.Less: spread sorts lower NUMA first and Fit walks from the end (higher NUMA
-    # first); binpack the other way round.
+def test_score_comes_first_and_numa_only_breaks_ties() -> None:
+    # HAMi gpu_policy.go DeviceUsageList.Less (#1806): without numa-bind the score is the primary key
+    # and NUMA (lower first) only breaks ties; Fit walks the sorted list from the end. The expectation
+    # changed with the #1806 order: binpack no longer prefers NUMA 0 among equal scores.
     state = build_state([node("n1", 4, numa_split=True)], [])
     n = state.nodes["n1"]
     req = pod_request(pod("a", share(10)))
-    (spread,) = fit_on_node(req, n, "spread")[0]
-    (binpack,) = fit_on_node(req, n, "binpack")[0]
-    assert n.by_uuid(spread.uuid).numa == 1
-    assert n.by_uuid(binpack.uuid).numa == 0
+    for policy in ("spread", "binpack"):
+        (first,) = fit_on_node(req, n, policy)[0]
+        assert n.by_uuid(first.uuid).index == 3  # equal scores: higher NUMA, then the last registered
+    used = {g.uuid: GpuUsage() for g in n.devices}
+    used[gpu_uuid("n1", 0)] = GpuUsage(1, 8192, 10)  # a share on GPU 0, NUMA 0
+    (spread,) = fit_on_node(req, n, "spread", used)[0]
+    (binpack,) = fit_on_node(req, n, "binpack", used)[0]
+    assert n.by_uuid(spread.uuid).index == 3
+    assert n.by_uuid(binpack.uuid).index == 0  # the most used GPU, whatever its NUMA node
+
+
+def test_the_sorted_order_carries_over_between_containers() -> None:
+    # score.go fitInDevices sorts node.Devices in place per container; the next container's stable
+    # sort starts from that order, not from the registration order.
+    state = build_state([node("n1", 4, numa_split=True)], [])
+    p = pod("x", share(10))
+    p["spec"]["containers"] = [{"name": f"c{i}", "resources": {"limits": share(10)}} for i in range(3)]
+    placement = fit_on_node(pod_request(p), state.nodes["n1"], "spread")
+    indices = [state.nodes["n1"].by_uuid(c[0].uuid).index for c in placement]
+    assert indices == [3, 2, 1]
+
+
+def test_registration_order_breaks_remaining_ties() -> None:
+    devs = devices("n1", 4)
+    state = build_state([node_manifest("n1", [devs[2], devs[0], devs[3], devs[1]])], [])
+    (first,) = fit_on_node(pod_request(pod("a", share(10))), state.nodes["n1"], "spread")[0]
+    assert first.uuid == devs[1].uuid  # the last one registered, not the highest index
+
+
+def test_only_nvidia_typed_gpus_are_offered_to_the_nvidia_fit() -> None:
+    # score.go getNodeResources: devices whose type contains "nvidia" (any case)
+    devs = [
+        GpuDevice(gpu_uuid("n1", i), i, 10, 16384, 100, t, health=True) for i, t in enumerate(["Tesla T4", "nvidia-t4"])
+    ]
+    state = build_state([node_manifest("n1", devs)], [])
+    assert fit_on_node(pod_request(pod("a", whole(2))), state.nodes["n1"]) is None
+    ((only,),) = fit_on_node(pod_request(pod("a", whole(1))), state.nodes["n1"])
+    assert only.uuid == devs[1].uuid
 
 
 def test_gpu_score_is_hamis_formula() -> None:
-    gpu = GpuDevice("g", 0, 10, 1000, 100, "t")
+    # gpu_policy.go ComputeScore: float32; the request counts only on a GPU registered with the
+    # request's type "NVIDIA" (container.Type != ds.Device.Type skips it otherwise).
+    gpu = GpuDevice("g", 0, 10, 1000, 100, "NVIDIA A100")
     used = GpuUsage(2, 400, 40)
-    # 10 x ((1+2)/10 + (30+40)/100 + (0+400)/1000): the 30% memory term is 0 (Go integer division)
-    assert gpu_score(GpuRequest(1, 0, 30, 30), gpu, used) == pytest.approx(10 * (0.3 + 0.7 + 0.4))
-    assert gpu_score(GpuRequest(1, 0, 100, 100), gpu, used) == pytest.approx(10 * (0.3 + 1.4 + 1.4))
-    assert gpu_score(GpuRequest(1, 200, 101, 0), gpu, used) == pytest.approx(10 * (0.3 + 0.4 + 0.6))
+    for req in (GpuRequest(1, 0, 30, 30), GpuRequest(2, 0, 100, 100), GpuRequest(1, 200, 101, 0)):
+        assert gpu_score(req, gpu, used) == f32(10 * f32(f32(f32(0.2) + f32(0.4)) + f32(0.4)))
+    exact = GpuDevice("g", 0, 10, 1000, 100, "NVIDIA")
+    # one slot (not nums), cores, and the percentage of the GPU's memory (int64 division)
+    assert gpu_score(GpuRequest(2, 0, 30, 30), exact, used) == pytest.approx(10 * (0.3 + 0.7 + 0.7), rel=1e-6)
+    assert gpu_score(GpuRequest(1, 200, 101, 0), exact, used) == pytest.approx(10 * (0.3 + 0.4 + 0.6), rel=1e-6)
+    assert gpu_score(GpuRequest(1, 0, 30, 30), GpuDevice("g", 0, 0, 1000, 100, "NVIDIA"), used) == 0.0
+
+
+def test_scores_are_float32() -> None:
+    gpu = GpuDevice("g", 0, 3, 3000, 100, "NVIDIA A100")
+    score = gpu_score(GpuRequest(1, 0, 30, 30), gpu, GpuUsage(1, 1000, 33))
+    assert score == f32(score) and score != 10 * (1 / 3 + 0.33 + 1 / 3)
+    state = build_state([node("n1", 3)], [])
+    state.nodes["n1"].usage[gpu_uuid("n1", 0)] = GpuUsage(1, 27306, 33)
+    assert node_score(state.nodes["n1"]) == f32(node_score(state.nodes["n1"]))
 
 
 # ---- node policy -------------------------------------------------------------------------------
