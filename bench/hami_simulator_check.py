@@ -17,6 +17,9 @@ goroutines and sorts them, so among nodes of equal score its choice is arbitrary
 node counts as agreeing when its score equals that of HAMi's node. GPUs are judged on HAMi's node
 (whatever node the simulator chose), exactly, and tie-aware by the model's GPU score.
 
+``--probe-float32`` judges a record twice, with the model's float32 scores (as HAMi's Go code
+computes them) and with the same formulas in float64, and lists the choices float32 decides.
+
 ``--order shuffled`` submits the same tasks in a seeded random order (other states than the trace's
 arrival order). The record holds the test bed's nodes, each submitted pod and HAMi's bound pod, so
 a judge needs no test bed and can be re-run after a model change.
@@ -25,12 +28,13 @@ a judge needs no test bed and can be re-run after a model change.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hami_place_core import annotations as ann
+from hami_place_core import simulate
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import pod_request
 from hami_place_core.simulate import Simulator, apply, fit_on_node, gpu_score
@@ -265,6 +270,29 @@ def judge(doc: dict[str, Any]) -> list[Verdict]:
     return verdicts
 
 
+@contextlib.contextmanager
+def float64_scores() -> Iterator[None]:
+    """The model's score formulas without the float32 rounding (a probe, never the model)."""
+    saved = simulate.f32
+    simulate.f32 = float
+    try:
+        yield
+    finally:
+        simulate.f32 = saved
+
+
+def probe_float32(doc: dict[str, Any]) -> list[str]:
+    """Pods whose verdict changes when the scores are float64: the choices float32 decides."""
+    as_hami = judge(doc)
+    with float64_scores():
+        as_float64 = judge(doc)
+    return [
+        f"{a.name}: float32 node {a.node}/gpus {a.gpus}, float64 node {b.node}/gpus {b.gpus} {b.detail}"
+        for a, b in zip(as_hami, as_float64, strict=True)
+        if (a.node, a.gpus, a.sim_node) != (b.node, b.gpus, b.sim_node)
+    ]
+
+
 def summarize(doc: dict[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:
     bound = [v for v in verdicts if v.hami_node]
     agree = [v for v in bound if v.node in ("same", "tie") and v.gpus in ("same", "tie")]
@@ -298,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", choices=("arrival", "shuffled"), default="arrival")
     ap.add_argument("--seed", type=int, default=1, help="for --order shuffled")
     ap.add_argument("--json", action="store_true", help="print the judge's summary as JSON")
+    ap.add_argument("--probe-float32", action="store_true", help="with --judge: what float64 scores would change")
     args = ap.parse_args(argv)
     if not args.record and not args.judge:
         ap.error("give --record FILE, --judge FILE or both")
@@ -310,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = json.loads(args.judge.read_text())
         summary = summarize(doc, judge(doc))
         print(json.dumps(summary, indent=2) if args.json else _text(summary))
+        if args.probe_float32:
+            changed = probe_float32(doc)
+            print(f"float32 decides {len(changed)} of {len(doc['pods'])} choices", *changed, sep="\n  ")
         return 0 if not summary["disagreements"] else 1
     return 0
 
