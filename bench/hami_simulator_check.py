@@ -21,8 +21,11 @@ node counts as agreeing when its score equals that of HAMi's node. GPUs are judg
 computes them) and with the same formulas in float64, and lists the choices float32 decides.
 
 ``--order shuffled`` submits the same tasks in a seeded random order (other states than the trace's
-arrival order). The record holds the test bed's nodes, each submitted pod and HAMi's bound pod, so
-a judge needs no test bed and can be re-run after a model change.
+arrival order). ``--numa split`` registers each node's GPUs on two NUMA nodes (first half 0, the
+rest 1, as a two-socket host) instead of the trace's none, so HAMi's NUMA tie-break is exercised.
+
+The record holds the test bed's nodes, each submitted pod and HAMi's bound pod, so a judge needs no
+test bed and can be re-run after a model change.
 """
 
 from __future__ import annotations
@@ -151,6 +154,9 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     nodes = pick_nodes(ob.load_nodes(ob.DATA_DIR / ob.NODE_LIST), args.nodes)
     pods = pick_pods(ob.load_pods(ob.pod_list_path(args.pods)), args.count, args.order, args.seed)
     specs = [ob.node_spec(n) for n in nodes]
+    if args.numa == "split":
+        for spec in specs:
+            spec.numa = None  # NodeSpec's default: the first half of the GPUs on NUMA 0, the rest on 1
     bed = TestBed(workdir=Path(tempfile.mkdtemp(prefix="hami-simcheck-")) / "bed", nodes=specs)
     bed.start()
     started = time.monotonic()
@@ -171,6 +177,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "podList": args.pods,
         "order": args.order,
+        "numa": args.numa,
         "seed": args.seed,
         "hami": f"{scheduler_binary()} {version}",
         "seconds": round(time.monotonic() - started, 1),
@@ -300,6 +307,7 @@ def summarize(doc: dict[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any
     return {
         "podList": doc["podList"],
         "order": doc["order"],
+        "numa": doc.get("numa", "trace"),
         "hami": doc.get("hami"),
         "nodes": len(doc["nodes"]),
         "pods": len(verdicts),
@@ -325,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=20, help="trace nodes on the test bed (default %(default)s)")
     ap.add_argument("--order", choices=("arrival", "shuffled"), default="arrival")
     ap.add_argument("--seed", type=int, default=1, help="for --order shuffled")
+    ap.add_argument(
+        "--numa", choices=("trace", "split"), default="trace", help="GPU NUMA nodes: trace (all 0) or split"
+    )
     ap.add_argument("--json", action="store_true", help="print the judge's summary as JSON")
     ap.add_argument("--probe-float32", action="store_true", help="with --judge: what float64 scores would change")
     args = ap.parse_args(argv)
