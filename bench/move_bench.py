@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes import client
 
+from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed.agent_process import AgentProcess
 from testbed.allocation import Allocator, start_allocator
@@ -64,7 +65,7 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} vCPU, Python {platform.python_version()}"
 
 
-def one_move(api: Any, ns: str, i: int, victim: str, target: NodeSpec) -> dict[str, float]:
+def one_move(api: Any, ns: str, i: int, victim: str, target: NodeSpec, gpu: int) -> dict[str, float]:
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     body = {
         "apiVersion": hp.API_VERSION,
@@ -74,7 +75,7 @@ def one_move(api: Any, ns: str, i: int, victim: str, target: NodeSpec) -> dict[s
             "reqID": f"bench-move-{i:03d}",
             "podSelector": {"matchLabels": {"app": "bench"}},
             "nodeName": target.name,
-            "gpuDevices": [f"gpu-{i % 4}/20"],
+            "gpuDevices": [f"gpu-{gpu}/20"],
             "evictPod": victim,
         },
     }
@@ -136,6 +137,26 @@ def _start_agent(api: Any, bed: TestBed, work: Path) -> AgentProcess:
     return agent
 
 
+def free_target(pods: list[Any], targets: list[NodeSpec], i: int) -> tuple[NodeSpec, int]:
+    """A target GPU no running bench pod holds (the victim's may be reused: it is evicted first).
+
+    Real HAMi places the Deployment's first pods itself (binpack), possibly on the target nodes,
+    and a whole-GPU request leaves no room beside it; so targets are chosen from what is free."""
+    victim = sorted(pods, key=lambda p: p.metadata.creation_timestamp)[0]
+    held = {
+        d.uuid
+        for p in pods
+        if p is not victim
+        for c in ann.decode_pod_devices((p.metadata.annotations or {}).get(ann.POD_DEVICES_ALLOCATED)).containers
+        for d in c
+    }
+    for target in (targets[i % 2], targets[(i + 1) % 2]):
+        for gpu in range(target.gpus):
+            if target.gpu_uuid((i + gpu) % target.gpus) not in held:
+                return target, (i + gpu) % target.gpus
+    raise RuntimeError("no free target GPU")
+
+
 def session(moves: int, label: str) -> list[dict[str, float]]:
     """One test bed in the mode the environment names; `moves` moves, one at a time."""
     work = Path(tempfile.mkdtemp(prefix="hami-place-move-bench-"))
@@ -159,7 +180,8 @@ def session(moves: int, label: str) -> list[dict[str, float]]:
         for i in range(moves):
             pods = wait_for("4 Ready pods", lambda: _ready_pods(core, ns), 60)
             victim = sorted(pods, key=lambda p: p.metadata.creation_timestamp)[0].metadata.name
-            results.append(one_move(api, ns, i, victim, targets[i % 2]))
+            target, gpu = free_target(pods, targets, i)
+            results.append(one_move(api, ns, i, victim, target, gpu))
             print(
                 f"{label} move {i:2d}: " + "  ".join(f"{s} {results[-1][s] * 1000:6.0f}ms" for s in STEPS), flush=True
             )
