@@ -109,6 +109,11 @@ class PlacementController:
     async def run(self) -> None:
         await self.cache.wait_ready(self.settings.cache_sync_timeout_seconds)
         while True:
+            # Cleared BEFORE the pass, never after: a change that arrives while the pass runs (the
+            # evicted pod's replacement, HAMi's allocation) sets it again, and the next pass must
+            # start right after MIN_PASS_GAP. Clearing after the pass lost that wake, and a move's
+            # next step waited for the periodic controller interval instead.
+            self.wake.clear()
             try:
                 await self.reconcile_all()
             except asyncio.CancelledError:
@@ -120,7 +125,6 @@ class PlacementController:
             # A burst of changes (a webhook under load) must not turn into back-to-back passes that
             # starve the webhooks on this event loop: at most one pass per MIN_PASS_GAP seconds.
             await asyncio.sleep(MIN_PASS_GAP)
-            self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.controller_interval_seconds)
 

@@ -6,8 +6,11 @@
 It starts the test bed detached with a dozen fake HAMi GPU nodes (4 x A100 80GB each), installs
 the HamiPodPlacement CRD, runs the agent (``python -m agent``, detached, behind its webhooks and a
 Service in kube-system so the plugin streams progress through the API server's service proxy) and
-the allocation stand-in (``python -m testbed.demo --standin demo``: it writes HAMi's allocation for
-pinned pods, because the real HAMi scheduler cannot be built here; see docs/testing.md). Then it
+whoever allocates, as ``testbed/allocation.py`` ``start_allocator`` decides everywhere on the test
+bed: with ``HAMI_SCHEDULER_BIN`` the real HAMi scheduler (its Filter and Bind, docs/testing.md);
+without it the labelled allocation stand-in (``python -m testbed.demo --standin demo``), which
+writes HAMi's allocation for pinned pods. Every pod the demo places is pinned, so the tour is the
+same in both modes. Then it
 pins 14 small inference Deployments, one slice per GPU, scattered over every node, and shows the
 plugin at work: ``inspect``, ``pin -w`` of a 2-GPU trainer, ``move --evict`` of a lone slice onto
 a GPU another slice already uses (freeing a whole GPU and a whole node), ``inspect`` and ``status``.
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testbed import build
+from testbed.allocation import real_hami, start_allocator
 from testbed.cluster import TestBed, load_state, save_state
 from testbed.cluster import down as testbed_down
 from testbed.crd import install_crd
@@ -185,7 +189,9 @@ def demo_running(state_dir: Path) -> bool:
     bed, demo = load_state(state_dir), load_demo(state_dir)
     if not bed or not demo or not demo.get("ready"):
         return False
-    pids = [int(p) for p in bed["pids"].values()] + [int(demo["agent_pid"]), int(demo["standin_pid"])]
+    pids = [int(p) for p in bed["pids"].values()] + [int(demo["agent_pid"])]
+    if demo.get("standin_pid"):  # none in HAMi mode
+        pids.append(int(demo["standin_pid"]))
     return all(pid_alive(p) for p in pids)
 
 
@@ -222,7 +228,10 @@ def run_standin(namespace: str, kubeconfig: Path) -> int:
     from testbed.allocation_standin import AllocationStandIn
 
     api = config.new_client_from_config(config_file=str(kubeconfig))
-    standin = AllocationStandIn(api, {namespace}, interval=0.25).start()
+    standin = start_allocator(api, {namespace}, interval=0.25)
+    if not isinstance(standin, AllocationStandIn):
+        print("allocation stand-in: not needed, the real HAMi scheduler allocates", flush=True)
+        return 0
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     print(f"allocation stand-in: writing HAMi's allocation for pinned pods in {namespace}", flush=True)
@@ -408,6 +417,11 @@ class Demo:
 
     def _start_standin(self) -> None:
         assert self.bed is not None
+        if real_hami():
+            # HAMi's Filter allocates the pinned pods itself; nothing to start (start_allocator).
+            self.state.update(standin_pid=0, allocator="hami")
+            say(f"allocation: the real HAMi scheduler ({self.bed.hami.version if self.bed.hami else '?'}) as extender")
+            return
         proc = Process(
             "allocation-standin",
             [sys.executable, "-m", "testbed.demo", "--standin", NAMESPACE, "--kubeconfig", str(self.kubeconfig)],
@@ -418,7 +432,7 @@ class Demo:
         time.sleep(0.5)
         if not proc.alive():
             raise StartupError(f"the allocation stand-in exited:\n{proc.log_tail()}")
-        self.state.update(standin_pid=proc.pid, standin_log=str(proc.log_path))
+        self.state.update(standin_pid=proc.pid, standin_log=str(proc.log_path), allocator="standin")
         say(f"allocation stand-in running (pid {proc.pid}, log {proc.log_path}): it plays HAMi's Filter write")
 
     # ---- 2. the fragmented workload ----------------------------------------------------------------
@@ -608,7 +622,8 @@ def print_ready(state_dir: Path, seconds: float | None) -> None:
     say()
     say("=" * 100)
     if seconds is not None:
-        say(f"  demo ready in {seconds:.0f}s; it keeps running (agent, allocation stand-in, test bed)")
+        who = "HAMi scheduler" if real_hami() else "allocation stand-in"
+        say(f"  demo ready in {seconds:.0f}s; it keeps running (agent, {who}, test bed)")
     else:
         say(f"  a demo is already running (state in {state_dir})")
     say("=" * 100)

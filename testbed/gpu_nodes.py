@@ -44,10 +44,21 @@ class NodeSpec:
     split_count: int = 10
     unhealthy_indices: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)
+    # Allocatable CPU and memory: kube-scheduler's NodeResourcesFit filters on them before HAMi's
+    # extender sees the node, so a replay of a trace's nodes (testbed/openb.py) sets its own.
+    cpu_milli: int = 64000
+    memory_mib: int = 512 * 1024
+    # Per-GPU NUMA node; None: the first half of the GPUs on NUMA 0, the rest on 1 (a 2-socket host).
+    numa: tuple[int, ...] | None = None
 
     def gpu_uuid(self, index: int) -> str:
         # Deterministic, so tests and docs can name a GPU by node and index.
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{index}"))
+
+    def gpu_numa(self, index: int) -> int:
+        if self.numa is not None:
+            return self.numa[index]
+        return 0 if index < max(1, self.gpus // 2) else 1
 
     def devices(self) -> list[GpuDevice]:
         return [
@@ -58,7 +69,7 @@ class NodeSpec:
                 devmem=self.model.devmem_mib,
                 devcore=100,
                 type=self.model.type,
-                numa=0 if i < max(1, self.gpus // 2) else 1,
+                numa=self.gpu_numa(i),
                 mode="hami-core",
                 health=i not in self.unhealthy_indices,
             )
@@ -69,8 +80,8 @@ class NodeSpec:
         devices = self.devices()
         healthy = [d for d in devices if d.health]
         resources = {
-            "cpu": "64",
-            "memory": "512Gi",
+            "cpu": _quantity(self.cpu_milli, 1000, "m", ""),
+            "memory": _quantity(self.memory_mib, 1024, "Mi", "Gi"),
             "pods": "110",
             "ephemeral-storage": "1Ti",
             "nvidia.com/gpu": str(len(healthy) * self.split_count),
@@ -102,6 +113,11 @@ class NodeSpec:
                 "allocatable": resources,
             },
         }
+
+
+def _quantity(value: int, per_unit: int, small: str, large: str) -> str:
+    # The larger unit when it is exact: the default node keeps reading "64" CPUs and "512Gi".
+    return f"{value // per_unit}{large}" if value % per_unit == 0 else f"{value}{small}"
 
 
 def uniform_nodes(count: int, gpus: int = 4, model: GpuModel = A100_80G, prefix: str = "gpu-node") -> list[NodeSpec]:

@@ -60,6 +60,8 @@ from hami_place_core.simulate import (
 )
 from hami_place_core.snapshot import make_snapshot
 from hami_place_core.state import ClusterState, build_state
+from testbed.gpu_nodes import GpuModel as TestbedGpuModel
+from testbed.gpu_nodes import NodeSpec
 
 DATA_DIR = Path(os.environ.get("OPENB_DIR", "/work/shared/data/openb"))
 NODE_LIST = "openb_node_list_gpu_node.csv"
@@ -252,6 +254,22 @@ def node_object(node: TraceNode) -> dict[str, Any]:
         cpu_milli=node.cpu_milli,
         memory_mib=node.memory_mib,
         labels={"nvidia.com/gpu.product": model.nvml_name.replace(" ", "-"), "openb.alibaba/model": node.model},
+    )
+
+
+def node_spec(node: TraceNode) -> NodeSpec:
+    """The trace node as a test-bed node (kwok), registered exactly as :func:`node_object` is:
+    same GPU type, memory, NUMA 0 and UUIDs, and the trace's CPU and memory as allocatable."""
+    model = MODELS[node.model]
+    return NodeSpec(
+        name=node.name,
+        gpus=node.gpus,
+        model=TestbedGpuModel(model.hami_type, model.memory_mib),
+        split_count=SPLIT_COUNT,
+        labels={"openb.alibaba/model": node.model},
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        numa=(0,) * node.gpus,  # the trace has no topology
     )
 
 

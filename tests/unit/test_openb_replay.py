@@ -146,6 +146,18 @@ def test_nodes_register_their_model() -> None:
     assert devs[0].uuid == ob.node_devices(node)[0].uuid  # deterministic
 
 
+def test_a_trace_node_on_the_test_bed_registers_as_in_the_replay() -> None:
+    # The simulator check (bench/hami_simulator_check.py) puts trace nodes on the test bed: HAMi
+    # must read the same GPUs there as the replay's simulator, and kube-scheduler the same CPU/memory.
+    node = ob.TraceNode("openb-node-0042", 96000, 393216, 8, "G2")
+    on_bed, replayed = ob.node_spec(node).manifest(), ob.node_object(node)
+    register = [n["metadata"]["annotations"][ann.NODE_REGISTER] for n in (on_bed, replayed)]
+    assert register[0] == register[1]
+    want, got = (build_state([n], ()).nodes[node.name] for n in (replayed, on_bed))
+    assert (got.allocatable, got.devices) == (want.allocatable, want.devices)
+    assert on_bed["status"]["allocatable"]["nvidia.com/gpu"] == replayed["status"]["allocatable"]["nvidia.com/gpu"]
+
+
 def test_cut_is_a_fraction_or_seconds(tmp_path: Path) -> None:
     _, pods_csv = synthetic(tmp_path)
     pods = ob.load_pods(pods_csv)
