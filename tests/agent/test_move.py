@@ -176,16 +176,8 @@ def test_refusals_end_in_failed_and_never_evict(api, testbed, mover_set) -> None
     # validation off, so that the checks at execution time are what refuses
     s, ns = mover_set("refuse", {"HAMI_PLACE_VALIDATION_ENABLED": "false"})
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": "solo", "labels": {"app": "solo"}},
-            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
-        },
-    )
-    apps.create_namespaced_deployment(ns, deployment("dep", replicas=1))
-    dep = wait_for("dep pod", lambda: running(core, ns, "app=dep"), 60)[0]
-    wait_for("solo Running", lambda: running(core, ns, "app=solo"), 60)
+    # The hog first: real HAMi's default node policy (binpack) puts an unpinned pod on the most used
+    # node that fits, so a workload created before it could take the hog's GPU on an empty target.
     node = mover_set.targets[-2]
     hog = deployment(
         "hog",
@@ -210,6 +202,16 @@ def test_refusals_end_in_failed_and_never_evict(api, testbed, mover_set) -> None
         ],
         60,
     )
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    apps.create_namespaced_deployment(ns, deployment("dep", replicas=1))
+    dep = wait_for("dep pod", lambda: running(core, ns, "app=dep"), 60)[0]
+    wait_for("solo Running", lambda: running(core, ns, "app=solo"), 60)
     cases = {
         "standalone": move("standalone", "refuse-001", "solo", node.name, ["gpu-0"], "solo"),
         "no-gpu": move("no-gpu", "refuse-002", "dep", node.name, ["gpu-9"], dep.metadata.name),
