@@ -32,8 +32,10 @@ def real_hami() -> bool:
 def start_allocator(
     api: Any, namespaces: set[str] | None, choose_gpus: bool = False, interval: float = 0.2
 ) -> Allocator:
-    """`choose_gpus`: the stand-in also allocates unpinned pods (GPU policy spread, as HAMi's
-    default); with real HAMi, its own policies decide, as configured per pod."""
+    """`choose_gpus`: the stand-in also allocates unpinned pods, with the pod's own
+    ``hami.io/gpu-scheduler-policy`` or HAMi's default (spread); with real HAMi its Filter decides,
+    honouring the same per-pod annotations. A test that needs a layout states it through those
+    annotations (and ``nvidia.com/use-gpuuuid``), never by writing HAMi's allocation."""
     if real_hami():
         return HamiAllocates()
     return AllocationStandIn(api, namespaces, interval=interval, choose_gpus=choose_gpus).start()

@@ -1,12 +1,16 @@
-"""STAND-IN for HAMi's Filter annotation write, used only because the real HAMi scheduler cannot be
-built here (its Go module is not served by the module proxy; see docs/testing.md).
+"""STAND-IN for HAMi's Filter annotation write, for the CI mode of the test bed (no HAMi binary).
+
+The test bed runs the real HAMi scheduler when ``HAMI_SCHEDULER_BIN`` names one (testbed/hami.py,
+``make test-hami``); CI has no HAMi binary, so there this labelled stand-in writes what HAMi's
+Filter would. Tests never start it themselves: ``testbed/allocation.py`` ``start_allocator``
+starts it only in the stand-in mode, so the same test holds whoever allocates.
 
 HAMi's extender, at Filter, picks GPUs and patches ``hami.io/vgpu-node`` and
 ``hami.io/vgpu-devices-allocated`` (``pkg/scheduler/scheduler.go``). This thread does the same for
 pods the test bed's stand-in ``hami-scheduler`` profile has bound and that carry
 ``nvidia.com/use-gpuuuid`` (the pinned ones): it allocates exactly those UUIDs, with the memory and
-cores HAMi's Fit would charge. It never chooses GPUs itself, so a test judged by it proves the
-agent's side (pin, confirm, complete) but not HAMi's honouring of the pin.
+cores HAMi's Fit would charge. Without ``choose_gpus`` it never chooses GPUs itself, so a test
+judged by it proves the agent's side (pin, confirm, complete) but not HAMi's honouring of the pin.
 """
 
 from __future__ import annotations
@@ -19,15 +23,37 @@ from typing import Any
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice
 from hami_place_core.requests import pod_request
-from hami_place_core.simulate import fit_on_node
+from hami_place_core.simulate import POLICIES, Policy, fit_on_node
 from hami_place_core.state import build_state, upsert_pod
+
+
+def gpu_policy(pod: dict[str, Any]) -> Policy | None:
+    """The pod's GPU policy as HAMi resolves it, or None if the simulator does not model it.
+
+    HAMi v2.10.0 ``util.GetGPUSchedulerPolicyByPod`` (pkg/util/util.go): the annotation's value
+    if present, else ``--gpu-scheduler-policy`` (the chart's default, spread). Comma lists and
+    ``topology-aware``/``mutex``/``numa`` (``gpuSortKeyChain``, pkg/scheduler/policy/gpu_policy.go)
+    are not simulated (hami_place_core/simulate.py).
+    """
+    value = ((pod["metadata"].get("annotations") or {}).get(ann.POD_GPU_SCHEDULER_POLICY) or "spread").strip()
+    for policy in POLICIES:
+        if value == policy:
+            return policy
+    return None
 
 
 class AllocationStandIn:
     """With ``choose_gpus``, it also allocates unpinned pods: on the node kube-scheduler bound them
-    to, it picks GPUs the way HAMi's Fit does with its default GPU policy (spread), using the
-    shared model's simulator (hami_place_core/simulate.py). That lets tests build the scattered
-    layouts a long-running HAMi cluster has, without choosing them by hand."""
+    to, it picks GPUs the way HAMi's Fit does, using the shared model's simulator
+    (hami_place_core/simulate.py), with the pod's own ``hami.io/gpu-scheduler-policy`` as HAMi
+    reads it (``util.GetGPUSchedulerPolicyByPod``, pkg/util/util.go), else HAMi's chart default
+    (spread). That lets tests build the scattered layouts a long-running HAMi cluster has through
+    HAMi's own per-pod means, so the same layout comes out when the real HAMi allocates.
+
+    The node is kube-scheduler's choice here: ``hami.io/node-scheduler-policy`` is HAMi's to
+    honour (``resolveNodeSchedulerPolicy``, pkg/scheduler/score.go); a test that needs a node
+    layout in both modes states it with a preferred node affinity too (tests/cli/test_defrag_live.py).
+    """
 
     def __init__(
         self, api: Any, namespaces: set[str] | None = None, interval: float = 0.2, choose_gpus: bool = False
@@ -37,6 +63,7 @@ class AllocationStandIn:
         self.namespaces = namespaces
         self.interval = interval
         self.allocated: list[str] = []
+        self.unsupported: list[str] = []  # pods whose GPU policy the simulator does not model
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="hami-allocation-standin")
 
@@ -122,7 +149,11 @@ class AllocationStandIn:
         request = pod_request(pod)
         if not request.gpu_containers:
             return
-        devices = fit_on_node(request, state.nodes[node], "spread")
+        policy = gpu_policy(pod)
+        if policy is None:
+            self.unsupported.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+            return  # a policy the model does not simulate: left unallocated, never guessed
+        devices = fit_on_node(request, state.nodes[node], policy)
         if devices is None:
             return  # HAMi's Filter would have refused this node; the pod stays unallocated
         encoded = ann.encode_pod_devices([list(c) for c in devices])

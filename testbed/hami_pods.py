@@ -3,8 +3,12 @@
 HAMi's ``Filter`` (``pkg/scheduler/scheduler.go``) patches ``hami.io/vgpu-node``,
 ``hami.io/vgpu-time`` and the same encoded device string into both
 ``hami.io/vgpu-devices-to-allocate`` and ``hami.io/vgpu-devices-allocated``; ``Bind`` sets
-``hami.io/bind-phase``. Until the real HAMi scheduler joins the test bed, these builders write
-the same annotations at creation time, with the encoder from the domain model.
+``hami.io/bind-phase``. These builders write the same annotations at creation time, with the
+encoder from the domain model, for pods no scheduler places: fixtures whose ``spec.nodeName`` is
+set (HAMi's webhook refuses such pods, and no Filter runs for them), read by the cache, ``inspect``
+and the planner as a finished allocation. A test that needs HAMi to place a pod makes it with
+``pinned_pod`` instead (HAMi's own ``nvidia.com/use-gpuuuid``), so the same test holds whoever
+allocates (testbed/allocation.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice
+
+# HAMi's chart excludes pods with this label from its webhook vgpu.hami.io (objectSelector in
+# charts/hami/templates/scheduler/webhook.yaml). A fixture pod is one HAMi already placed: with
+# real HAMi its webhook would deny it for its spec.nodeName ("pod has node assigned",
+# pkg/scheduler/webhook.go), as it would any pod created that way.
+WEBHOOK_IGNORE = {"hami.io/webhook": "ignore"}
 
 # One container's shares: [(uuid, usedmem MiB, usedcores), ...]
 Shares = list[tuple[str, int, int]]
@@ -42,7 +52,8 @@ def hami_pod(
     owner: tuple[str, str] | None = None,
     extra_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A one-container pod that HAMi placed on `node` with `shares`.
+    """A one-container pod that HAMi placed on `node` with `shares` (a fixture: labelled so that
+    HAMi's webhook lets it through, see WEBHOOK_IGNORE).
 
     `limits` default to what produces those shares: nvidia.com/gpu = len(shares), plus memory and
     cores of the first share.
@@ -56,7 +67,7 @@ def hami_pod(
         "name": name,
         "namespace": namespace,
         "uid": f"uid-{namespace}-{name}",
-        "labels": labels or {"app": name},
+        "labels": {**(labels or {"app": name}), **WEBHOOK_IGNORE},
         "annotations": {**allocation_annotations(node, [shares]), **(extra_annotations or {})},
     }
     if owner:
@@ -76,3 +87,39 @@ def hami_pod(
     if phase:
         pod["status"] = {"phase": phase}
     return pod
+
+
+def pinned_pod(
+    name: str, node: str, uuids: list[str], limits: dict[str, str], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A one-container pod that asks ``hami-scheduler`` for exactly `uuids` on `node`.
+
+    HAMi's own means (reference: HAMi v2.10.0 ``NvidiaGPUDevices.Fit``, pkg/device/nvidia/device.go,
+    ``CheckUUID`` in pkg/device/devices.go): ``nvidia.com/use-gpuuuid`` lists the GPUs and
+    ``nvidia.com/gpu`` asks for that many; the node is a required affinity, which kube-scheduler
+    enforces before HAMi's Filter sees the node. Real HAMi or the stand-in (``start_allocator``)
+    then writes the allocation; nothing here writes HAMi's annotations.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": labels or {"app": name},
+            "annotations": {ann.USE_GPU_UUID: ",".join(uuids)},
+        },
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                        ]
+                    }
+                }
+            },
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}],
+        },
+    }

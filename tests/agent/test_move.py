@@ -14,14 +14,15 @@ from kubernetes import client
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet, create_placement
-from testbed.allocation_standin import AllocationStandIn
+from testbed.allocation import Allocator, start_allocator
 from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
 from testbed.placements import placement, placement_status
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
 
-pytestmark = pytest.mark.testbed
+# Every move crosses HAMi (its Filter allocates the replacement): run in both modes (docs/testing.md).
+pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 
 
 def wait_phase(api, ns, name, phases, timeout=60) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def move(name, req, app, node, gpus, evict, eviction_seconds=None) -> dict[str, 
 def mover_set(testbed, api, tmp_path):
     install_crd(api)
     sets: list[AgentSet] = []
-    standins: list[AllocationStandIn] = []
+    standins: list[Allocator] = []
     targets: list[NodeSpec] = []
 
     def make(label: str, env: dict[str, str] | None = None) -> tuple[AgentSet, str]:
@@ -65,8 +66,8 @@ def mover_set(testbed, api, tmp_path):
         specs = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(2)]
         testbed.add_nodes(specs)
         targets.extend(specs)
-        # Until the real HAMi scheduler can run here, this writes HAMi's allocation for pinned pods.
-        standins.append(AllocationStandIn(api, {ns}).start())
+        # Real HAMi allocates the pinned replacements; in CI the stand-in writes that allocation.
+        standins.append(start_allocator(api, {ns}))
         return s, ns
 
     make.targets = targets  # type: ignore[attr-defined]
@@ -175,16 +176,8 @@ def test_refusals_end_in_failed_and_never_evict(api, testbed, mover_set) -> None
     # validation off, so that the checks at execution time are what refuses
     s, ns = mover_set("refuse", {"HAMI_PLACE_VALIDATION_ENABLED": "false"})
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": "solo", "labels": {"app": "solo"}},
-            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
-        },
-    )
-    apps.create_namespaced_deployment(ns, deployment("dep", replicas=1))
-    dep = wait_for("dep pod", lambda: running(core, ns, "app=dep"), 60)[0]
-    wait_for("solo Running", lambda: running(core, ns, "app=solo"), 60)
+    # The hog first: real HAMi's default node policy (binpack) puts an unpinned pod on the most used
+    # node that fits, so a workload created before it could take the hog's GPU on an empty target.
     node = mover_set.targets[-2]
     hog = deployment(
         "hog",
@@ -209,6 +202,16 @@ def test_refusals_end_in_failed_and_never_evict(api, testbed, mover_set) -> None
         ],
         60,
     )
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "solo", "labels": {"app": "solo"}},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
+    apps.create_namespaced_deployment(ns, deployment("dep", replicas=1))
+    dep = wait_for("dep pod", lambda: running(core, ns, "app=dep"), 60)[0]
+    wait_for("solo Running", lambda: running(core, ns, "app=solo"), 60)
     cases = {
         "standalone": move("standalone", "refuse-001", "solo", node.name, ["gpu-0"], "solo"),
         "no-gpu": move("no-gpu", "refuse-002", "dep", node.name, ["gpu-9"], dep.metadata.name),
@@ -384,7 +387,7 @@ def test_leader_election_one_controller_and_failover(api, testbed, tmp_path) -> 
         time.sleep(2)
         assert leaders() == first  # stable, and never two
         ns = s.namespace("ha")
-        standin = AllocationStandIn(api, {ns}).start()
+        standin = start_allocator(api, {ns})
         leader = next(a for a in s.agents if a.name == first[0])
         leader.kill()
         follower = next(a for a in s.agents if a.name != first[0])

@@ -11,6 +11,7 @@ from kubernetes.client import ApiException
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed.agent_set import create_placement
+from testbed.allocation import start_allocator
 from testbed.placements import get_placement, placement
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
@@ -22,8 +23,10 @@ def custom(api):
     return client.CustomObjectsApi(api)
 
 
-def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed) -> None:
+@pytest.mark.hami
+def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed, request) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    request.addfinalizer(start_allocator(api, {ans}).stop)  # real HAMi, or the stand-in in CI
     target = testbed.nodes[2]
     create_placement(api, ans, placement("pin-web", "pin-web-0001", {"app": "web"}, target.name, ["gpu-1/30"]))
     apps.create_namespaced_deployment(ans, deployment("web", replicas=1))
@@ -47,12 +50,16 @@ def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed
         {"key": "metadata.name", "operator": "In", "values": [target.name]}
     ]
 
+    # HAMi's Filter (or the stand-in) allocates the pinned UUID: the placement completes on it.
     p = wait_for(
-        "placement Bound", lambda: (o := get_placement(api, ans, "pin-web"))["status"].get("phase") == "Bound" and o, 30
+        "placement Completed",
+        lambda: (o := get_placement(api, ans, "pin-web"))["status"].get("phase") == "Completed" and o,
+        30,
     )
     assert p["status"]["boundPod"] == first.metadata.name
     assert p["status"]["boundPodUID"] == first.metadata.uid
     assert p["status"]["targetUUIDs"] == [target.gpu_uuid(1)]
+    assert p["status"]["allocatedDevices"] == [target.gpu_uuid(1)]
 
     # The placement is consumed: a second pod of the same workload is not pinned.
     apps.patch_namespaced_deployment_scale("web", ans, {"spec": {"replicas": 2}})
@@ -66,9 +73,13 @@ def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed
     assert second.spec.affinity is None
 
     events = client.CoreV1Api(api).list_namespaced_event(ans, field_selector="involvedObject.name=pin-web").items
-    assert {"Claimed", "Bound"} <= {e.reason for e in events}
+    assert {"Claimed", "Bound", "Allocated"} <= {e.reason for e in events}
 
 
+@pytest.mark.standin_only(
+    reason="it writes hami.io/vgpu-devices-allocated by hand (a matching and a mismatching UUID); "
+    "real HAMi's Filter writes it for the same pod, so the two race"
+)
 def test_completed_when_hami_allocates_target(api, ans, testbed, request) -> None:
     """HAMi writes hami.io/vgpu-devices-allocated after Filter; with the stand-in scheduler the test
     writes it the way HAMi does. Matching UUIDs complete the placement, others fail it."""
@@ -104,6 +115,7 @@ def test_completed_when_hami_allocates_target(api, ans, testbed, request) -> Non
     assert bad["status"]["message"] == f"HAMi allocated {node.gpu_uuid(3)} but the target was {node.gpu_uuid(1)}"
 
 
+@pytest.mark.hami
 def test_dry_run_consumes_nothing(api, ans, testbed) -> None:
     core = client.CoreV1Api(api)
     node = testbed.nodes[0]
@@ -119,7 +131,8 @@ def test_dry_run_consumes_nothing(api, ans, testbed) -> None:
     assert get_placement(api, ans, "dry").get("status", {}).get("phase", "Pending") == "Pending"
     real = core.create_namespaced_pod(ans, pod)
     assert real.metadata.annotations[ann.USE_GPU_UUID] == node.gpu_uuid(2)
-    assert get_placement(api, ans, "dry")["status"]["phase"] in ("Claimed", "Bound")
+    # with real HAMi the pod may already be allocated, and the placement Completed
+    assert get_placement(api, ans, "dry")["status"]["phase"] in ("Claimed", "Bound", "Completed")
 
 
 def test_non_candidate_pods_are_never_touched(api, ans, testbed) -> None:
@@ -220,24 +233,16 @@ def _node_known(api, ns, node) -> bool:
         return "not found" not in e.body
 
 
-def test_rejects_full_gpu(api, ans, testbed) -> None:
-    from testbed.hami_pods import hami_pod
+@pytest.mark.hami
+def test_rejects_full_gpu(api, ans, testbed, request) -> None:
+    from testbed.hami_pods import pinned_pod
 
     core = client.CoreV1Api(api)
     node = testbed.nodes[3]
-    hog = hami_pod("hog", ans, node.name, [(node.gpu_uuid(2), 71680, 80)], phase=None)
-    hog["spec"].pop("nodeName")
-    hog["spec"]["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
-                ]
-            }
-        }
-    }
-    hog["metadata"]["labels"] = {"app": "hog"}
-    core.create_namespaced_pod(ans, hog)
+    request.addfinalizer(start_allocator(api, {ans}).stop)
+    # HAMi (or the stand-in) allocates the hog exactly on gpu-2: 70 GiB and 80% of it
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "71680", "nvidia.com/gpucores": "80"}
+    core.create_namespaced_pod(ans, pinned_pod("hog", node.name, [node.gpu_uuid(2)], limits))
     wait_for("hog counted", lambda: not _fits(api, ans, node.name), 20)
     msg = _rejection(api, ans, placement("x", "x-000001", {"app": "x"}, node.name, ["gpu-2/30"]))
     assert msg.endswith(
@@ -270,6 +275,7 @@ def _probe_dup(api, ns, node) -> str:
         return e.body
 
 
+@pytest.mark.hami
 def test_rejects_spec_change_after_claim(api, ans, testbed) -> None:
     core = client.CoreV1Api(api)
     n = testbed.nodes[0].name
@@ -282,7 +288,9 @@ def test_rejects_spec_change_after_claim(api, ans, testbed) -> None:
         },
     )
     wait_for(
-        "claimed", lambda: get_placement(api, ans, "frozen").get("status", {}).get("phase") in ("Claimed", "Bound"), 20
+        "claimed",
+        lambda: get_placement(api, ans, "frozen").get("status", {}).get("phase") in ("Claimed", "Bound", "Completed"),
+        20,
     )
     with pytest.raises(ApiException) as e:
         custom(api).patch_namespaced_custom_object(
@@ -325,6 +333,7 @@ def _evict_probe(api, ns, node) -> str:
         return e.body
 
 
+@pytest.mark.hami
 def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig) -> None:
     core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
     apps.create_namespaced_deployment(ans, deployment("victim", replicas=1))

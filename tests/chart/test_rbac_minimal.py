@@ -17,7 +17,7 @@ from kubernetes import client
 
 from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet
-from testbed.allocation_standin import AllocationStandIn
+from testbed.allocation import start_allocator
 from testbed.chart import render_chart
 from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
@@ -26,7 +26,8 @@ from testbed.processes import StartupError
 from testbed.tokens import admin_token
 from testbed.workloads import deployment
 
-pytestmark = pytest.mark.testbed
+# The pin and move duties cross HAMi (its Filter allocates the pinned pods): both modes.
+pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 
 NAMESPACE = "hami-place-rbac-min"
 
@@ -60,7 +61,7 @@ def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
     failed = []
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
     ns = s.namespace("probe")
-    standin = AllocationStandIn(api, {ns}).start()
+    allocator = start_allocator(api, {ns})  # real HAMi, or the stand-in in CI
     try:
         code, _ = s.agent.get("/api/v1/placements", admin_token(api))
         if code != 200:
@@ -115,7 +116,7 @@ def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
         if not core.list_namespaced_event(ns, field_selector="involvedObject.name=pin").items:
             failed.append("events")
     finally:
-        standin.stop()
+        allocator.stop()
     return failed
 
 

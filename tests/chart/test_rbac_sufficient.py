@@ -12,7 +12,7 @@ from kubernetes import client
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet, create_placement
-from testbed.allocation_standin import AllocationStandIn
+from testbed.allocation import start_allocator
 from testbed.chart import render_chart
 from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
@@ -20,7 +20,8 @@ from testbed.placements import placement
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
 
-pytestmark = pytest.mark.testbed
+# The pin and move duties cross HAMi (its Filter allocates the pinned pods): both modes.
+pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 
 RELEASE, NAMESPACE = "gpu-descheduler", "hami-place-rbac"
 
@@ -80,10 +81,10 @@ def test_agent_with_the_charts_serviceaccount_pins_and_moves(api, testbed, tmp_p
     ).start()
     target = NodeSpec(f"rbac-{suffix}", gpus=4)
     testbed.add_nodes([target])
-    standin = None
+    allocator = None
     try:
         ns = s.namespace("rbac")
-        standin = AllocationStandIn(api, {ns}).start()
+        allocator = start_allocator(api, {ns})  # real HAMi, or the stand-in in CI
         # pin
         create_placement(api, ns, placement("pin", "rbac-pin-01", {"app": "p"}, target.name, ["gpu-0/20"]))
         pod = core.create_namespaced_pod(
@@ -137,8 +138,8 @@ def test_agent_with_the_charts_serviceaccount_pins_and_moves(api, testbed, tmp_p
         code, _ = s.agent.get("/api/v1/placements", None)
         assert code == 401
     finally:
-        if standin:
-            standin.stop()
+        if allocator:
+            allocator.stop()
         print(s.logs())
         s.stop()
         core.delete_node(target.name)

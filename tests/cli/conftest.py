@@ -13,7 +13,7 @@ from kubernetes import client
 
 from testbed.agent_process import expose_agent_service
 from testbed.agent_set import AgentSet
-from testbed.allocation_standin import AllocationStandIn
+from testbed.allocation import Allocator, start_allocator
 from testbed.cluster import TestBed
 from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
@@ -32,7 +32,7 @@ def binary() -> Path:
 def live(testbed: TestBed, api: Any, binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     install_crd(api)
     agents = AgentSet(testbed, api, tmp_path_factory.mktemp("cli-agent"), "cli", host="0.0.0.0")  # noqa: S104
-    standin: AllocationStandIn | None = None
+    standin: Allocator | None = None
     targets: list[NodeSpec] = []
     try:
         agents.start()
@@ -40,8 +40,8 @@ def live(testbed: TestBed, api: Any, binary: Path, tmp_path_factory: pytest.Temp
         ns = agents.namespace("cli")
         targets = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(3)]
         testbed.add_nodes(targets)
-        # Until the real HAMi scheduler can run here, this writes HAMi's allocation for pinned pods.
-        standin = AllocationStandIn(api, {ns}).start()
+        # Real HAMi allocates pinned pods; in CI the stand-in writes that allocation.
+        standin = start_allocator(api, {ns})
         yield Live(testbed, api, agents, ns, targets, binary)
     finally:
         if standin is not None:

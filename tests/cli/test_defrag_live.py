@@ -2,11 +2,15 @@
 by the scheduler, `plan` proposes moves, `defrag --apply` executes them through real evictions and
 placements, and `inspect` shows exactly the planned number of whole GPUs freed.
 
-Who places the pods: kube-scheduler picks the node; the GPU on it is picked by the test bed's
-labelled stand-in for HAMi's Filter with HAMi's default GPU policy (spread, NUMA order first),
-because the real HAMi scheduler cannot be built here (docs/testing.md). kube-scheduler's choice is
-random among equal nodes, so the exact "before" count is computed here from the pods' raw
-allocation annotations, and the exact "after" count is the one the dry-run plan predicted.
+Who places the pods: HAMi, in both modes of the test bed (docs/testing.md). The scattered layout is
+asked for through HAMi's own per-pod means, ``hami.io/node-scheduler-policy: spread`` and
+``hami.io/gpu-scheduler-policy: spread`` (HAMi v2.10.0 ``resolveNodeSchedulerPolicy``,
+pkg/scheduler/score.go; ``GetGPUSchedulerPolicyByPod``, pkg/util/util.go), never by writing HAMi's
+allocation. With real HAMi its Filter chooses node and GPUs; in CI kube-scheduler chooses the node
+(a preferred affinity states the same spread) and the labelled stand-in picks the GPUs with the
+pod's GPU policy. Either way the choice among equal nodes is not fixed, so the exact "before" count
+is computed here from the pods' raw allocation annotations, and the exact "after" count is the one
+the dry-run plan predicted.
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testbed.allocation_standin import AllocationStandIn
+from testbed.allocation import start_allocator
 from testbed.gpu_nodes import NodeSpec
 from testbed.waiting import running_pods, wait_for
 from testbed.workloads import deployment
 from tests.cli.live import Live
 
-pytestmark = pytest.mark.testbed
+pytestmark = [pytest.mark.testbed, pytest.mark.hami]
+
+# HAMi's own per-pod policies (HAMi pkg/util/types.go NodeSchedulerPolicyAnnotationKey and
+# GPUSchedulerPolicyAnnotationKey): each pod goes to the least used node and, on it, the least used
+# GPU, which is the scattered layout a long-running cluster drifts into.
+SPREAD = {"hami.io/node-scheduler-policy": "spread", "hami.io/gpu-scheduler-policy": "spread"}
 
 PODS = 12  # 30% slices: up to 3 fit on one GPU
 
@@ -37,7 +46,7 @@ def fragmented(live: Live) -> Iterator[dict[str, Any]]:
     label = {"defrag-pool": ns}
     nodes = [NodeSpec(f"{ns[:48]}-n{i}", gpus=4, labels={**label, "defrag-slot": str(i)}) for i in range(8)]
     live.testbed.add_nodes(nodes)
-    standin = AllocationStandIn(api, {ns}, choose_gpus=True).start()
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     try:
         for i in range(PODS):
@@ -45,11 +54,14 @@ def fragmented(live: Live) -> Iterator[dict[str, Any]]:
                 f"slice-{i:02d}",
                 replicas=1,
                 extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
+                pod_annotations=SPREAD,
             )
             body["spec"]["template"]["spec"]["nodeSelector"] = label
-            # Left to itself kube-scheduler picks among these equal nodes at random, and some runs
-            # came out already packed. A *preferred* affinity makes its choice repeatable (nodes 0-3
-            # get two pods, 4-7 one) and, being only a preference, does not bind the planner.
+            # In CI kube-scheduler picks the node, at random among these equal nodes (some runs
+            # came out already packed), and it does not read HAMi's node policy. A *preferred*
+            # affinity states the same spread for it (nodes 0-3 get two pods, 4-7 one) and, being
+            # only a preference, does not bind the planner. Real HAMi's Filter returns one node,
+            # by the pod's own node policy, so there the preference changes nothing.
             body["spec"]["template"]["spec"]["affinity"] = {
                 "nodeAffinity": {
                     "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -72,7 +84,7 @@ def fragmented(live: Live) -> Iterator[dict[str, Any]]:
         wait_for(f"{PODS} pods Running with HAMi allocations", allocated, 120)
         yield {"ns": ns, "selector": f"defrag-pool={ns}", "nodes": nodes}
     finally:
-        standin.stop()
+        allocator.stop()
         for spec in nodes:
             with contextlib.suppress(Exception):
                 core.delete_node(spec.name)
@@ -198,33 +210,45 @@ def test_plan_and_defrag_avoid_a_node_without_cpu(live: Live) -> None:
     CPU: then it moves the 30% slice the other way, and defrag executes exactly that move."""
     api, ns = live.api, live.agents.namespace("room")
     label = {"room-pool": ns}
-    light, busy = (f"{ns[:48]}-{k}" for k in ("light", "busy"))
-    nodes = [NodeSpec(n, gpus=1, labels={**label, "room-slot": n}) for n in (light, busy)]
+    first, second = (f"{ns[:48]}-{k}" for k in ("n0", "n1"))
+    nodes = [NodeSpec(n, gpus=1, labels={**label, "room-slot": n}) for n in (first, second)]
     live.testbed.add_nodes(nodes)
-    standin = AllocationStandIn(api, {ns}, choose_gpus=True).start()
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     sel = f"room-pool={ns}"
     try:
-        for name, pct, node in (("small", "20", light), ("large", "30", busy)):
+
+        def placed() -> dict[str, str]:
+            done = {
+                p.metadata.labels["app"]: p.spec.node_name
+                for p in running_pods(core, ns, "app")
+                if "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
+            }
+            return done
+
+        def create(name: str, pct: str, preferred: str) -> None:
             body = deployment(
-                name, replicas=1, extra_limits={"nvidia.com/gpumem-percentage": pct, "nvidia.com/gpucores": pct}
+                name,
+                replicas=1,
+                extra_limits={"nvidia.com/gpumem-percentage": pct, "nvidia.com/gpucores": pct},
+                pod_annotations=SPREAD,  # real HAMi: the least used of the two nodes
             )
             spec = body["spec"]["template"]["spec"]
             spec["nodeSelector"] = label
-            spec["affinity"] = _preferring("room-slot", node)  # a preference: it does not bind the planner
+            spec["affinity"] = _preferring("room-slot", preferred)  # the same for kube-scheduler in CI
             spec["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
             apps.create_namespaced_deployment(ns, body)
 
-        def placed() -> dict[str, str]:
-            pods = running_pods(core, ns, "app")
-            done = {
-                p.metadata.labels["app"]: p.spec.node_name
-                for p in pods
-                if "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
-            }
-            return done if len(done) == 2 else {}
-
-        assert wait_for("both slices Running with HAMi allocations", placed, 120) == {"small": light, "large": busy}
+        # One after the other: the large slice goes where the small one is not. Which node the
+        # small one gets is HAMi's choice among two equal nodes (in CI, the preference's).
+        create("small", "20", first)
+        light = wait_for("the small slice Running with HAMi's allocation", lambda: placed().get("small"), 120)
+        busy = second if light == first else first
+        create("large", "30", busy)
+        assert wait_for("both slices allocated", lambda: (p := placed()) and len(p) == 2 and p, 120) == {
+            "small": light,
+            "large": busy,
+        }
         assert whole_free(live, sel) == 0
 
         def planned() -> list[tuple[str, str, str, list[str]]]:
@@ -253,13 +277,13 @@ def test_plan_and_defrag_avoid_a_node_without_cpu(live: Live) -> None:
         applied = live.run("defrag", "-l", sel, "--apply", "--timeout", "120s", timeout=300)
         assert applied.returncode == 0, (applied.stdout, applied.stderr)
         assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 moves; whole GPUs free 0 -> 1,")
-        assert wait_for("the large slice moved", lambda: (p := placed()) and p["large"] == light and p, 60) == {
+        assert wait_for("the large slice moved", lambda: (p := placed()) and p.get("large") == light and p, 60) == {
             "small": light,
             "large": light,
         }
         assert whole_free(live, sel) == 1
     finally:
-        standin.stop()
+        allocator.stop()
         for spec in nodes:
             with contextlib.suppress(Exception):
                 core.delete_node(spec.name)

@@ -24,6 +24,7 @@ from testbed.workloads import deployment
 from tests.cli.live import Live
 
 pytestmark = pytest.mark.testbed
+# Tests whose pods HAMi schedules and allocates are marked `hami`: they run in both modes.
 
 FALLBACK_NOTE = "following the placement object instead"
 
@@ -46,6 +47,7 @@ def created_name(stdout: str) -> str:
     return first.split()[1].split("/")[1]
 
 
+@pytest.mark.hami
 def test_pin_waits_until_the_next_pod_lands_on_the_target(live: Live) -> None:
     apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("pinme", replicas=0))
@@ -66,6 +68,7 @@ def test_pin_waits_until_the_next_pod_lands_on_the_target(live: Live) -> None:
     assert get_placement(live.api, live.ns, name)["status"]["boundPod"] == pod.metadata.name
 
 
+@pytest.mark.hami
 def test_move_evict_streams_progress_until_completed(live: Live) -> None:
     apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("mover", replicas=1))
@@ -102,6 +105,7 @@ def test_move_evict_streams_progress_until_completed(live: Live) -> None:
     assert pod.metadata.annotations[ann.USE_GPU_UUID] == target.gpu_uuid(1)
 
 
+@pytest.mark.hami
 def test_status_watch_follows_a_placement_to_completed(live: Live) -> None:
     apps = client.AppsV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("watched", replicas=0))
@@ -159,6 +163,7 @@ def test_unknown_node_and_missing_gpu(live: Live) -> None:
     )
 
 
+@pytest.mark.hami
 def test_unreachable_agent_falls_back_to_watching_the_object(live: Live) -> None:
     apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("noagent", replicas=1))
@@ -203,6 +208,7 @@ def test_forbidden_user_gets_exit_1_and_the_reason(live: Live, tmp_path) -> None
     assert "forbidden" in line.lower() and "hamipodplacements" in line, line
 
 
+@pytest.mark.hami
 def test_move_that_a_pdb_blocks_past_its_deadline_fails_with_the_reason(live: Live) -> None:
     apps, core, policy = client.AppsV1Api(live.api), client.CoreV1Api(live.api), client.PolicyV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("guarded", replicas=1))
@@ -257,6 +263,7 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
     assert any(p["metadata"]["name"].startswith("interrupted-") for p in placements(live.api, live.ns))
 
 
+@pytest.mark.hami
 def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(live: Live, tmp_path) -> None:
     """The API server, not the agent, authorizes the progress stream: `get services/proxy` on the
     agent Service's proxy port (the chart's progress-reader Role, tests/chart asserts its shape)."""

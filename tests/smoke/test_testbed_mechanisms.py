@@ -36,6 +36,7 @@ def test_fake_gpu_nodes_carry_hami_register_annotation(api, testbed) -> None:
     assert node.status.allocatable["nvidia.com/gpu"] == str(spec.gpus * 10)
 
 
+@pytest.mark.hami  # its GPU pods are HAMi's to schedule
 def test_hami_scheduler_deployment_runs_and_affinity_is_honoured(api, ns, testbed) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     gpu_nodes = {n.name for n in testbed.nodes}
@@ -51,6 +52,7 @@ def test_hami_scheduler_deployment_runs_and_affinity_is_honoured(api, ns, testbe
     assert {p.spec.node_name for p in pods} == {target}
 
 
+@pytest.mark.hami  # its GPU pods are HAMi's to schedule
 def test_replicaset_recreates_deleted_pod(api, ns) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     apps.create_namespaced_deployment(ns, deployment("phoenix", replicas=1))
@@ -71,6 +73,7 @@ def _evict(core: client.CoreV1Api, ns: str, pod: str) -> None:
     core.create_namespaced_pod_eviction(pod, ns, body)
 
 
+@pytest.mark.hami  # its GPU pods are HAMi's to schedule
 def test_eviction_is_refused_with_429_while_pdb_forbids_it(api, ns) -> None:
     apps, core, policy = client.AppsV1Api(api), client.CoreV1Api(api), client.PolicyV1Api(api)
     apps.create_namespaced_deployment(ns, deployment("guarded", replicas=2))
