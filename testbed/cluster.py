@@ -32,7 +32,7 @@ _LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.
 
 # Without HAMI_SCHEDULER_BIN, "hami-scheduler" is a plain kube-scheduler profile: it honours
 # affinity, taints and extended resources, but does no per-GPU accounting and writes no
-# hami.io/vgpu-* annotations (tests that need those start testbed/allocation_standin.py).
+# hami.io/vgpu-* annotations (tests that need those get the stand-in from testbed/allocation.py).
 SCHEDULER_CONFIG_HEADER = """\
 # kube-scheduler configuration for the hami-place test bed.
 # The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: it is plain kube-scheduler
