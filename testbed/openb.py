@@ -68,7 +68,10 @@ NODE_LIST = "openb_node_list_gpu_node.csv"
 POD_LISTS = {
     "gpushare40": "openb_pod_list_gpushare40.csv",
     "gpuspec10": "openb_pod_list_gpuspec10.csv",
+    "gpuspec20": "openb_pod_list_gpuspec20.csv",
+    "gpuspec25": "openb_pod_list_gpuspec25.csv",
     "multigpu30": "openb_pod_list_multigpu30.csv",
+    "multigpu50": "openb_pod_list_multigpu50.csv",
 }
 NAMESPACE = "openb"
 SPLIT_COUNT = 10  # HAMi chart default deviceSplitCount
