@@ -6,7 +6,6 @@ evacuations into an offered empty GPU (:func:`seeded`) and single moves that low
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import Any
 
@@ -93,15 +92,20 @@ def fresh_gpus(
         return
     load = {g: engine.g_use[g].usedcores for g in items}
     items.sort(key=lambda g: (-load[g], len(engine.g_pods[g]), g))
-    # Compute of the GPUs still waiting, ascending: one opens an empty GPU only if another is small
-    # enough to sit beside it (else the 81% pods, first in line, took every empty GPU in turn and
-    # failed, and the 47% ones behind them never got one).
-    sizes = sorted(load.values())
     idle = 0
     for e in _roomy_empties(engine):
         if len(items) < 2 or idle >= patience or engine.max_moves - engine.moves_made < 2:
             return
-        taken = _fill(engine, e, items, load, sizes)
+        # Only GPUs whose pods may all go to e (GPU type, UUID and node selectors) can pair there.
+        # Type-blind, a T4-only 32% pod counted as a partner on every A800: the heaviest GPU
+        # went in, nothing could join it, and after `patience` such tries pairing gave up (gpuspec25
+        # with departures, cut 0.99: 18 GPUs it left behind).
+        fit = [g for g in items if _may_go(engine, g, e)]
+        # Compute of the GPUs still waiting, ascending: one opens an empty GPU only if another is
+        # small enough to sit beside it (else the 81% pods, first in line, took every empty GPU in
+        # turn and failed, and the 47% ones behind them never got one).
+        sizes = sorted(load[g] for g in fit)
+        taken = _fill(engine, e, fit, load, sizes) if len(fit) >= 2 else []
         # k GPUs emptied for one taken: k - 1 freed, within max_moves_per_gpu moves each.
         moves = sum(len(records) for _, records in taken)
         if (
@@ -116,9 +120,21 @@ def fresh_gpus(
         idle = 0
         for g, records in taken:
             items.remove(g)
-            del sizes[bisect.bisect_left(sizes, load[g])]
             for p, _, _, _ in records:
                 engine.p_reason[p] = f"empty {engine.label(g)}, sharing an empty GPU of a roomier node"
+
+
+def _may_go(engine: Engine, g: int, e: int) -> bool:
+    """Every pod of GPU `g` accepts empty GPU `e` by its selectors and node constraints (room and
+    Fit are checked as the pods move)."""
+    node, d = engine.g_node[e], engine.g_dev[e]
+    for p in engine.g_pods[g]:
+        if not engine.p_plain[p] and not engine.allowed(p, d):
+            return False
+        nodes = engine.eligible_nodes(p)
+        if nodes is not None and node not in nodes:
+            return False
+    return True
 
 
 def _pairable(engine: Engine, most_pods: int) -> list[int]:

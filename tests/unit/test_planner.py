@@ -223,6 +223,39 @@ def test_an_empty_gpu_takes_a_split_gpu_and_a_pod_ejected_for_a_larger_one() -> 
     assert plan(s, PlanOptions(max_moves_per_gpu=1)).gpus_freed == 0
 
 
+def test_pairing_counts_only_partners_whose_type_accepts_the_empty_gpu() -> None:
+    """r/gpu-0 (an A100 of a roomy node) is empty. The 45% and 40% GPUs can share it; the 75% GPU
+    could only share it with the 20% pod, which asks for a T4. Type-blind, that pod counted as the
+    75%'s partner: the 75% went in first, nothing could join it, and with patience 1 pairing gave
+    up having freed nothing (on gpuspec25 with departures it left 18 GPUs behind this way)."""
+    nodes = [node("r", 1), node("n1", 1), node("n2", 1), node("n3", 1), node("t", 1, model=T4)]
+    for n, cpu in zip(nodes, ("64", "4", "4", "4", "4"), strict=True):
+        n["status"]["allocatable"]["cpu"] = cpu
+    pods = [
+        pod("big", "n1", (0,), 75),
+        pod("mid", "n2", (0,), 45),
+        pod("low", "n3", (0,), 40),
+        pod("t4", "t", (0,), 20, devmem=T4[1], annotations={ann.USE_GPU_TYPE: "T4"}),
+    ]
+    for p in pods:
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4"}
+    s = state_of(nodes, pods)
+    from hami_place_core.planning.constraints import replacement_state
+    from hami_place_core.planning.engine import Engine
+    from hami_place_core.planning.ordering import sequence
+    from hami_place_core.planning.passes import fresh_gpus
+
+    engine = Engine(replacement_state(s), PlanOptions())
+    fresh_gpus(engine, patience=1)
+    moves = sequence(engine)
+    assert moves is not None
+    assert sorted((m.name, m.to_node) for m in moves) == [("low", "r"), ("mid", "r")]
+    replay(s, moves)
+    # And in a whole plan: the 45% and 40% pods pair on r, the T4 pod and the 75% stay.
+    p = plan(s)
+    assert p.gpus_freed == 1 and sorted(m.name for m in p.moves) == ["low", "mid"]
+
+
 def test_gpus_of_cpu_full_nodes_are_emptied_before_those_of_a_roomy_node() -> None:
     """a and b sit alone on CPU-full nodes; r has CPU and two GPUs at 47%, as a and b are. Emptying
     r/gpu-0 into r/gpu-1 first would free one GPU and leave a and b nowhere to go; a and b into r's
