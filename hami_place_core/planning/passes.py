@@ -229,12 +229,8 @@ def seeded(engine: Engine, options: PlanOptions, patience: int = 2, most_pods: i
         if listed is None:
             # Out of the second round, candidates() holds no GPU with a pod already moving.
             listed = candidates(engine)
-        items = [
-            x
-            for x in listed
-            if len(engine.g_pods[x]) <= most_pods
-            and all((ns := engine.eligible_nodes(p)) is None or node in ns for p in engine.g_pods[x])
-        ]
+        # As in pairing, only GPUs whose pods accept e (type, UUID, node) are worth a try there.
+        items = [x for x in listed if len(engine.g_pods[x]) <= most_pods and _may_go(engine, x, e)]
         items.sort(key=lambda x: (-engine.g_use[x].usedcores, x))
         engine.g_seed[e] = True
         engine.reindex(e)
