@@ -58,7 +58,7 @@ def node_room_bound(
     slots and (`type_aware`) which GPUs a pod may use; small enough for the whole cluster.
 
     The GPUs of a node are split into groups alike for HAMi's Fit (one GPU model, compute and slot
-    count: one group per node on openb). Per group g, y[g] of its GPUs stay in use (an integer between
+    count; a GPU some pod names by UUID alone: one group per node on openb). Per group g, y[g] of its GPUs stay in use (an integer between
     the GPUs a staying pod holds and the group's GPUs) and x[k,g] >= 0 movable pods of class k end
     there (a class: the same compute, memory, node requests, scheduling constraints and GPU
     selectors), only where one of the group's GPUs passes HAMi's Fit for the class when empty (type,
@@ -90,7 +90,7 @@ def node_room_bound(
 @dataclass(frozen=True)
 class _Group:
     """GPUs of one node that the model counts together: one type (or "" when type-blind), compute and
-    slot count."""
+    slot count (and a GPU that some pod's use-gpuuuid or nouse-gpuuuid names is a group of its own)."""
 
     node: str
     type: str
@@ -121,7 +121,8 @@ class _NodeRoom:
         self.state, self.options, self.type_aware = state, options, type_aware
         self.counted = counted = counted_gpus(state)
         self.exclusive = _exclusive(state, counted)
-        self.groups, self.group_of = _groups(counted, self.exclusive, type_aware)
+        named = {u for a in state.pods.values() for u in _named_uuids(a)} if type_aware else set()
+        self.groups, self.group_of = _groups(counted, self.exclusive, type_aware, named)
         self.fixed_gpus: list[set[str]] = [set() for _ in self.groups]
         self.fixed_items: list[list[int]] = [[] for _ in self.groups]  # compute of each staying share
         self.fixed_load = np.zeros((len(self.groups), 5))  # compute, slots, pods over devcore/2, /3, /4
@@ -323,16 +324,24 @@ class _NodeRoom:
 
 
 def _groups(
-    counted: Mapping[str, tuple[str, GpuDevice]], exclusive: set[str], type_aware: bool
+    counted: Mapping[str, tuple[str, GpuDevice]], exclusive: set[str], type_aware: bool, named: set[str]
 ) -> tuple[list[_Group], dict[str, int]]:
-    """The counted GPUs no exclusive pod holds, by node, type (unless type-blind), compute and slots;
-    and each GPU's group."""
-    members: dict[tuple[str, str, int, int], list[GpuDevice]] = {}
+    """The counted GPUs no exclusive pod holds, by node, type (unless type-blind), compute and slots,
+    a GPU some pod names by UUID (`named`) alone; and each GPU's group. Within a group every class
+    then passes or fails HAMi's UUID check alike."""
+    members: dict[tuple[str, str, int, int, str], list[GpuDevice]] = {}
     for u, (name, d) in counted.items():
         if u not in exclusive:
-            members.setdefault((name, d.type if type_aware else "", d.devcore, d.count), []).append(d)
-    groups = [_Group(*key, gpus=tuple(ds)) for key, ds in sorted(members.items())]
+            key = (name, d.type if type_aware else "", d.devcore, d.count, u if u in named else "")
+            members.setdefault(key, []).append(d)
+    groups = [_Group(*key[:4], gpus=tuple(ds)) for key, ds in sorted(members.items())]
     return groups, {d.uuid: g for g, grp in enumerate(groups) for d in grp.gpus}
+
+
+def _named_uuids(alloc: PodAllocation) -> tuple[str, ...]:
+    """The GPU UUIDs a pod's nvidia.com/use-gpuuuid or nouse-gpuuuid names."""
+    sel = alloc.request.selectors
+    return (*sel.use_uuids, *sel.nouse_uuids)
 
 
 def _type_family(sets: set[frozenset[str]], every: frozenset[str], most: int = 64) -> list[frozenset[str]]:
