@@ -59,15 +59,15 @@ def node_room_bound(
 
     The GPUs of a node are split into groups alike for HAMi's Fit (one GPU model, compute and slot
     count; a GPU some pod names by UUID alone: one group per node on openb). Per group g, y[g] of its
-    GPUs stay in use (an integer between the GPUs a staying pod holds and the group's GPUs) and
-    x[k,g] >= 0 movable pods of class k end there (a class: the same compute, memory, node requests,
-    scheduling constraints and GPU selectors), only where one of the group's GPUs passes HAMi's Fit for the class when empty (type,
-    UUID, memory, compute), kube-scheduler's filters pass and the node has room for one. Rows: every
-    class keeps its count; per group, the pods' compute (those that stay included) is at most
-    devcore·y, their slots at most count·y, the pods larger than devcore/(t+1) at most t·y for
-    t = 1, 2, 3 (no GPU holds more of them); per node, the movers' CPU, memory and pod slots fit what
-    the pods that stay leave (a node may always keep today's load). Cuts: for each set T of GPU types
-    the pods of some class may use (and unions of such sets that overlap, and all types), the y of the
+    GPUs stay in use (an integer between the GPUs a staying pod holds and the group's GPUs) and x[k,g]
+    >= 0 movable pods of class k end there (a class: the same compute, memory, node requests, scheduling
+    constraints and GPU selectors), only where one of the group's GPUs passes HAMi's Fit for the class
+    when empty (type, UUID, memory, compute), kube-scheduler's filters pass and the node has room for
+    one. Rows: every class keeps its count; per group, the pods' compute (those that stay included) is
+    at most devcore·y, their slots at most count·y, the pods larger than devcore/(t+1) at most t·y for t
+    = 1, 2, 3 (no GPU holds more of them); per node, the movers' CPU, memory and pod slots fit what the
+    pods that stay leave (a node may always keep today's load). Cuts: for each set T of GPU types the
+    pods of some class may use (and unions of such sets that overlap, and all types), the y of the
     groups of types in T are at least the bins the pods that can only use types in T need (the
     cutting-stock optimum, or its dual bound, and never less than L2 and the slot count).
 
