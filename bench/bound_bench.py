@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hami_place_core.planning.bounds import counted_gpus, l2_bound, pattern_bound
 from hami_place_core.state import ClusterState, build_state
 
 LISTS = ("gpushare40", "gpuspec10", "gpuspec20", "gpuspec25", "multigpu30", "multigpu50")
@@ -80,7 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: {len(state.nodes)} nodes, {len(state.pods)} pods", file=sys.stderr, flush=True)
         if args.cache_only:
             continue
-        row: dict[str, Any] = {"pods": name, "cut": args.cut}
+        row: dict[str, Any] = {"pods": name, "cut": args.cut, "gpus": len(counted_gpus(state))}
+        row["l2Gain"] = l2_bound(state).gain
+        pat = pattern_bound(state)
+        row["patternGain"] = pat.gain if pat else None
         if args.blind:
             row["blind"] = measure(state, False, {})
         row["typed"] = measure(state, True, {})

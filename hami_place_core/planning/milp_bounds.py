@@ -133,19 +133,19 @@ class _NodeRoom:
         self.room = _fixed_room(state, movers)
 
     def _sort_pods(self) -> set[str]:
-        """Movable pods into classes, the others into the fixed load of their groups: the movers."""
+        """Movable pods into classes, the others into the fixed load of their groups: the movers.
+
+        A movable pod with no share on a group (an exclusive pod, or one on a cordoned GPU) is a
+        mover too, without items: it may leave its node, so its CPU and memory there are not fixed
+        (where it goes is not modelled, a relaxation: its GPUs are not counted, or held whole)."""
         state, counted, exclusive = self.state, self.counted, self.exclusive
         movers: set[str] = set()
         for key in sorted(state.pods):
             alloc = state.pods[key]
             on = [u for u in alloc.per_gpu if u in counted and u not in exclusive]
-            if not on:
-                continue
-            if (
-                len(on) == len(alloc.per_gpu)
-                and immovable_reason(alloc, self.options.excluded_namespaces, state.problems) is None
-            ):
+            if immovable_reason(alloc, self.options.excluded_namespaces, state.problems) is None:
                 movers.add(key)
+                # shares off the counted GPUs are dropped: they free nothing that counts
                 self._add_mover(alloc, sorted(on))
                 continue
             for u in on:
