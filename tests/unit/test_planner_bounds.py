@@ -197,3 +197,25 @@ def test_the_typed_bound_is_never_below_a_plan_or_the_optimum(seed: int) -> None
     assert plan(state).gpus_freed <= typed.gain <= min(blind.gain, l2_bound(state).gain)
     best = milp_bound(state, time_limit=30, fewest_moves=False)
     assert best.optimal and best.gain <= typed.gain
+
+
+def test_a_bound_the_solver_did_not_settle_is_its_dual_bound_and_not_proven() -> None:
+    """Where the work limit stops HiGHS, the bins are its dual bound rounded up (never the incumbent,
+    which may use more) and `proven` is false; where the incumbent meets that bound, proven."""
+    from types import SimpleNamespace
+
+    from hami_place_core.planning.milp_bounds import _NodeRoom
+    from hami_place_core.planning.model import PlanOptions
+
+    s = build_state([node("n", 2)], [pod("a", "n", (0,), 40), pod("b", "n", (1,), 40)])
+    model = _NodeRoom(s, PlanOptions(), True)
+
+    def stopped(dual: float, primal: float) -> Any:
+        info = SimpleNamespace(mip_dual_bound=dual, objective_function_value=primal, primal_solution_status=2)
+        return SimpleNamespace(getInfo=lambda: info)
+
+    open_gap = model._result(stopped(0.4, 2.0), 0, 0.0)
+    assert (open_gap.bins_needed, open_gap.gain, open_gap.proven) == (1, 1, False)
+    settled = model._result(stopped(0.9999999, 1.0), 0, 0.0)
+    assert (settled.bins_needed, settled.proven) == (1, True)
+    assert node_room_bound(s).gain == 1 and node_room_bound(s).proven
