@@ -94,8 +94,9 @@ def test_a_node_with_two_gpu_models_counts_each_model_apart() -> None:
 
 
 def test_a_mixed_node_frees_a_gpu_when_a_pod_may_change_model() -> None:
-    """As above, but the A100's pod names no type: it may join the T4-only pod on the T4 (40 + 40),
-    and the T4 pod may not come to the A100 (nouse-gputype here): one GPU freed, typed and exact."""
+    """On m, the A100's 40% pod names no type, so it may join the T4's 40% pod (kept off A100s by
+    nouse-gputype), which may not come to the A100. On n, a 70% pod kept off A100s holds the T4 and a
+    20% A100-only pod the A100: neither may join the other. One GPU freed, typed and exact."""
     s = build_state(
         [mixed_node("m", [A100, T4]), mixed_node("n", [T4, A100])],
         [
@@ -111,8 +112,9 @@ def test_a_mixed_node_frees_a_gpu_when_a_pod_may_change_model() -> None:
 
 
 def test_use_gpuuuid_keeps_a_pod_on_its_gpus() -> None:
-    """A 40% pod pinned by nvidia.com/use-gpuuuid to its own GPU cannot join the other 40% pod's GPU;
-    the other pod can come to it: one GPU either way, but not two pods to a third GPU."""
+    """A 40% pod pinned by nvidia.com/use-gpuuuid to its own GPU cannot move, but the other 40% pod
+    can come to it: one GPU freed. With that pod kept off the pinned one's GPU by nouse-gpuuuid,
+    nothing frees; blind to selectors, one would."""
     here = gpu_uuid("n", 0)
     s = build_state(
         [node("n", 3)],
