@@ -4,8 +4,9 @@ on the whole cluster, and the exact optimum of a small state to judge a plan by.
 In whole GPUs freed, over the GPUs where a freed GPU counts, as in
 :mod:`hami_place_core.planning.bounds`.
 
-- :func:`node_room_bound`: GPUs and pods aggregated per node and class of pod, with the node rows;
-  small enough for the whole cluster, the tightest upper bound.
+- :func:`node_room_bound`: GPUs aggregated per node and GPU type, pods per class, with the node
+  rows and a cutting-stock cut per set of GPU types some pods are kept to; small enough for the whole
+  cluster, the tightest upper bound, and proven (solved to a gap of 0) within a work limit.
 - :func:`milp_bound`: the exact optimum of a small state, pod by pod and GPU by GPU (HAMi's memory,
   compute, slots, GPU type and UUID selectors, node constraints, and the node CPU, memory and pod
   slots kube-scheduler checks): the most GPUs any assignment of the movable pods frees, then the
