@@ -131,6 +131,7 @@ class _NodeRoom:
         # relaxation; its CPU, memory and pod slot ride with the first share). Items alike form a class.
         self.classes: dict[tuple[Any, ...], _Class] = {}
         movers = self._sort_pods()
+        self.members_of = list(self.classes.values())
         self.room = _fixed_room(state, movers)
 
     def _sort_pods(self) -> set[str]:
@@ -181,7 +182,6 @@ class _NodeRoom:
         h.addVars(n_g, lo, np.array([float(len(g.gpus)) for g in groups]))
         h.changeColsIntegrality(n_g, np.arange(n_g, dtype=np.int32), np.full(n_g, highspy.HighsVarType.kInteger))
         h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
-        self.members_of = list(self.classes.values())
         cols = self._columns()
         h.addVars(len(cols), np.zeros(len(cols)), np.full(len(cols), h.getInfinity()))
         self._rows(h, cols)
@@ -238,7 +238,9 @@ class _NodeRoom:
 
     def _gpu_takes(self, c: _Class, d: GpuDevice, fits: dict[tuple[Any, ...], bool]) -> bool:
         """HAMi's Fit of one share on GPU `d` when empty (type and UUID selectors unless type-blind,
-        memory, compute); cached per GPU shape in `fits` unless the class names UUIDs."""
+        memory, compute: ``NvidiaGPUDevices.Fit`` in HAMi's pkg/device/nvidia/device.go, as
+        :func:`~hami_place_core.fit.gpu_fit_reason` encodes it); cached per GPU shape in `fits` unless
+        the class names UUIDs. Fit on an empty GPU is necessary for Fit on any usage of it."""
         sel = c.rep.request.selectors if self.type_aware else NO_SELECTORS
         key: tuple[Any, ...] = (d.uuid,) if sel.use_uuids or sel.nouse_uuids else (d.type, d.devmem, d.devcore, d.count)
         if key not in fits:

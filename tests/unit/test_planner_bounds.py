@@ -189,7 +189,7 @@ def random_typed_cluster(seed: int) -> ClusterState:
     return build_state(nodes, pods)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**9))
 def test_the_typed_bound_is_never_below_a_plan_or_the_optimum(seed: int) -> None:
     state = random_typed_cluster(seed)
