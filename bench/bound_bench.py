@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from hami_place_core.planning.bounds import counted_gpus, l2_bound, pattern_bound
 from hami_place_core.state import ClusterState, build_state
 

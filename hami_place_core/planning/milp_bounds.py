@@ -67,10 +67,12 @@ def node_room_bound(
     one. Rows: every class keeps its count; per group, the pods' compute (those that stay included) is
     at most devcore·y, their slots at most count·y, the pods larger than devcore/(t+1) at most t·y for t
     = 1, 2, 3 (no GPU holds more of them); per node, the movers' CPU, memory and pod slots fit what the
-    pods that stay leave (a node may always keep today's load). Cuts: for each set T of GPU types the
-    pods of some class may use (and unions of such sets that overlap, and all types), the y of the
-    groups of types in T are at least the bins the pods that can only use types in T need (the
-    cutting-stock optimum, or its dual bound, and never less than L2 and the slot count).
+    pods that stay leave (a node may always keep today's load). Cuts: every item may end on some set of
+    GPU types (a staying share: its GPU's; a movable one: the types of the groups its class has columns
+    on); for each such set T (and unions of such sets that overlap, and all types), the y of the groups
+    of types in T are at least the bins the items whose set lies within T need
+    (:func:`~hami_place_core.planning.bounds.fewest_bins`: the cutting-stock optimum or its dual bound,
+    never less than L2 and the slot count).
 
     It relaxes the packing inside a group to those rows and the order of moves, so the gain is an
     upper bound on any valid plan's; `proven` says the MILP reached optimality (gap 0, within
