@@ -15,6 +15,8 @@ sharing pods: each GPU is a bin with ``devcore`` compute and ``count`` share slo
   alike (one ``devcore`` and ``count``). On the openb clusters (all requests are percentages, no
   node selectors) it is the optimum of GPUs freed if node CPU and memory were unlimited: tighter
   than L2, still an upper bound, since it ignores that a node must have room for the pods it takes.
+- :func:`fewest_bins`: the cutting-stock optimum (or its dual bound under a work limit, and never
+  less than L2) for a given multiset of sizes: the type-aware node-room bound's per-type cuts.
 - :func:`move_frontier`: a lower bound on the moves any plan needs to free F GPUs (the LP
   relaxation of an aggregated model: GPUs with the same pod sizes are one configuration; each
   ends as a bin pattern and pays one move per pod it loses). Same relaxation as pattern_bound.
@@ -131,7 +133,8 @@ class Bound:
     bins_needed: int  # bins the sharing pods need at least (or exactly, when proven)
     max_free: int  # whole free GPUs possible at most
     gain: int  # max_free - whole free now
-    proven: bool = True
+    proven: bool = True  # bins_needed is the model's optimum (else its dual bound: still a bound)
+    seconds: float = 0.0  # wall seconds to compute it (set by node_room_bound)
 
 
 def l2_bound(state: ClusterState, options: PlanOptions | None = None) -> Bound:
@@ -198,6 +201,73 @@ def pattern_bound(state: ClusterState, options: PlanOptions | None = None, time_
     need = max(need, p.pinned)
     max_free = p.bins - p.exclusive - need
     return Bound("patterns", need, max_free, max_free - p.whole_free, proven=optimal)
+
+
+# Cutting-stock models with more patterns than this are not built: fewest_bins falls back to L2.
+MAX_PATTERNS = 50_000
+
+
+def fewest_bins(sizes: Sequence[int], capacity: int, slots: int, exact: bool = True, max_nodes: int = 2_000) -> int:
+    """A lower bound on the bins of `capacity` compute and `slots` share slots that items of `sizes`
+    need: L2 and the slot count, and (`exact`, when the bins are alike) the cutting-stock optimum
+    over the bin patterns as :func:`pattern_bound` builds it, or its dual bound where `max_nodes`
+    branch-and-bound nodes do not settle it (a work limit, so the answer does not depend on the
+    machine's speed). For bins of several shapes pass the largest `capacity` and `slots` and
+    `exact=False`: L2 and the slot count stay valid there, the pattern model does not."""
+    floor = max(l2(sizes, capacity), math.ceil(len(sizes) / slots) if slots else 0)
+    if not exact or not sizes:
+        return floor
+    pats = _patterns_upto(Counter(sizes), capacity, slots, MAX_PATTERNS)
+    if pats is None:
+        return floor
+    return max(floor, _cutting_stock(Counter(sizes), pats, max_nodes))
+
+
+def _patterns_upto(counts: Mapping[int, int], capacity: int, slots: int, most: int) -> list[tuple[int, ...]] | None:
+    """:func:`_patterns` without the empty one, or None if there are more than `most`."""
+    sizes = sorted(counts, reverse=True)
+    out: list[tuple[int, ...]] = []
+    cur: list[int] = []
+
+    def rec(i: int, room: int, left: int) -> bool:
+        if i == len(sizes):
+            if any(cur):
+                out.append(tuple(cur))
+            return len(out) <= most
+        s = sizes[i]
+        for k in range(min(room // s if s else left, left, counts[s]), -1, -1):
+            cur.append(k)
+            ok = rec(i + 1, room - k * s, left - k)
+            cur.pop()
+            if not ok:
+                return False
+        return True
+
+    return out if rec(0, capacity, slots) else None
+
+
+def _cutting_stock(counts: Mapping[int, int], pats: Sequence[tuple[int, ...]], max_nodes: int) -> int:
+    """The fewest patterns covering `counts` (sizes in decreasing order, as in `pats`), or the
+    solver's dual bound when `max_nodes` does not settle it."""
+    import highspy
+    import numpy as np
+
+    sizes = sorted(counts, reverse=True)
+    h = new_highs()
+    n = len(pats)
+    inf = h.getInfinity()
+    h.addVars(n, np.zeros(n), np.full(n, inf))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+    for j, s in enumerate(sizes):
+        idx = [i for i, x in enumerate(pats) if x[j]]
+        h.addRow(counts[s], inf, len(idx), np.array(idx, dtype=np.int32), np.array([pats[i][j] for i in idx], float))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 1 - 1e-3)  # an integer count: a gap under one is a proof
+    h.setOptionValue("mip_max_nodes", int(max_nodes))
+    h.run()
+    dual = h.getInfo().mip_dual_bound
+    return math.ceil(dual - 1e-6) if math.isfinite(dual) else 0
 
 
 def move_frontier(state: ClusterState, gains: Iterable[int], options: PlanOptions | None = None) -> dict[int, float]:

@@ -4,8 +4,9 @@ on the whole cluster, and the exact optimum of a small state to judge a plan by.
 In whole GPUs freed, over the GPUs where a freed GPU counts, as in
 :mod:`hami_place_core.planning.bounds`.
 
-- :func:`node_room_bound`: GPUs and pods aggregated per node and class of pod, with the node rows;
-  small enough for the whole cluster, the tightest upper bound.
+- :func:`node_room_bound`: GPUs aggregated per node and GPU type, pods per class, with the node
+  rows and a cutting-stock cut per set of GPU types some pods are kept to; small enough for the whole
+  cluster, the tightest upper bound, and proven (solved to a gap of 0) within a work limit.
 - :func:`milp_bound`: the exact optimum of a small state, pod by pod and GPU by GPU (HAMi's memory,
   compute, slots, GPU type and UUID selectors, node constraints, and the node CPU, memory and pod
   slots kube-scheduler checks): the most GPUs any assignment of the movable pods frees, then the
@@ -25,200 +26,344 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_place_core.annotations import GpuDevice
-from hami_place_core.fit import GpuUsage, gpu_fit_reason
+from hami_place_core.fit import EMPTY, NO_SELECTORS, GpuUsage, gpu_fit_reason
 from hami_place_core.node_resources import ZERO, Resources
-from hami_place_core.planning.bounds import Bound, counted_gpus, l2_bound, pattern_bound
-from hami_place_core.planning.constraints import constraint_signature, immovable_reason, node_refusal
+from hami_place_core.planning.bounds import Bound, counted_gpus, fewest_bins, pattern_bound
+from hami_place_core.planning.constraints import (
+    constraint_signature,
+    immovable_reason,
+    node_refusal,
+    replacement_state,
+)
 from hami_place_core.planning.highs import new_highs, scaled
 from hami_place_core.planning.model import Move, PlanOptions, apply_moves
+from hami_place_core.requests import GpuRequest
 from hami_place_core.state import ClusterState, PodAllocation
 
+# The type-aware bound's work limits. Branch-and-bound nodes, not seconds, so that the bound is the
+# same on a slow machine as on a fast one; the time limit is a safety cap only, and the result says
+# "not proven" when it (or the node limit) stops the solver first.
+NODE_ROOM_MAX_NODES = 20_000
+CUT_MAX_NODES = 2_000  # per cutting-stock model of a set of GPU types
 
-def node_room_bound(state: ClusterState, options: PlanOptions | None = None, time_limit: float = 60.0) -> Bound:
+
+def node_room_bound(
+    state: ClusterState,
+    options: PlanOptions | None = None,
+    time_limit: float = 300.0,
+    *,
+    type_aware: bool = True,
+    max_nodes: int = NODE_ROOM_MAX_NODES,
+) -> Bound:
     """An upper bound on GPUs freed that, unlike L2 and the patterns, counts node CPU, memory and pod
-    slots; small enough for the whole cluster.
+    slots and (`type_aware`) which GPUs a pod may use; small enough for the whole cluster.
 
-    Per node n, y[n] of its GPUs stay in use (an integer between the GPUs a staying pod holds and the
-    node's bins) and x[k,n] >= 0 movable pods of class k end there (a class: the same compute, node
-    requests and scheduling constraints). Rows: every class keeps its count; per node, the pods' compute
-    (those that stay included) is at most devcore·y, their slots at most count·y, the pods larger than
-    devcore/(t+1) at most t·y for t = 1, 2, 3 (no GPU holds more of them), and the movers' CPU, memory
-    and pod slots fit what the pods that stay leave (a node may always keep today's load). L2's and
-    the pattern optimum's bins are cuts. It relaxes the packing inside a node to those rows and the order of
-    moves, so the gain is an upper bound; the solver's dual bound is used if the time runs out.
+    The GPUs of a node are split into groups alike for HAMi's Fit (one GPU model, compute and slot
+    count; a GPU some pod names by UUID alone: one group per node on openb). Per group g, y[g] of its
+    GPUs stay in use (an integer between the GPUs a staying pod holds and the group's GPUs) and x[k,g]
+    >= 0 movable pods of class k end there (a class: the same compute, memory, node requests, scheduling
+    constraints and GPU selectors), only where one of the group's GPUs passes HAMi's Fit for the class
+    when empty (type, UUID, memory, compute), kube-scheduler's filters pass and the node has room for
+    one. Rows: every class keeps its count; per group, the pods' compute (those that stay included) is
+    at most devcore·y, their slots at most count·y, the pods larger than devcore/(t+1) at most t·y for t
+    = 1, 2, 3 (no GPU holds more of them); per node, the movers' CPU, memory and pod slots fit what the
+    pods that stay leave (a node may always keep today's load). Cuts: every item may end on some set of
+    GPU types (a staying share: its GPU's; a movable one: the types of the groups its class has columns
+    on); for each such set T (and unions of such sets that overlap, and all types), the y of the groups
+    of types in T are at least the bins the items whose set lies within T need
+    (:func:`~hami_place_core.planning.bounds.fewest_bins`: the cutting-stock optimum or its dual bound,
+    never less than L2 and the slot count).
+
+    It relaxes the packing inside a group to those rows and the order of moves, so the gain is an
+    upper bound on any valid plan's; `proven` says the MILP reached optimality (gap 0, within
+    `max_nodes` branch-and-bound nodes and `time_limit` seconds), else the gain is from its dual bound,
+    still an upper bound but looser. Without `type_aware`, GPU selectors are ignored and there is one
+    group per node and shape (the bound of a cluster where every pod may use every GPU).
     """
+    started = time.perf_counter()
     options = options or PlanOptions()
-    model = _NodeRoom(state, options)
-    if not model.nodes:  # HiGHS calls an empty model neither optimal nor solved
-        return Bound("node room", 0, 0, 0)
-    return model.solve(time_limit)
+    # Plan on the pods as their controllers recreate them, as plan() does: a placement's pin is not
+    # the replacement's, so keeping it would bound a smaller space than the planner searches.
+    model = _NodeRoom(replacement_state(state), options, type_aware)
+    if not model.groups:  # HiGHS calls an empty model neither optimal nor solved
+        return Bound("node room", 0, 0, 0, seconds=time.perf_counter() - started)
+    return model.solve(time_limit, max_nodes, started)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """GPUs of one node that the model counts together: one type (or "" when type-blind), compute and
+    slot count (and a GPU that some pod's use-gpuuuid or nouse-gpuuuid names is a group of its own)."""
+
+    node: str
+    type: str
+    devcore: int
+    count: int
+    gpus: tuple[GpuDevice, ...]
+
+
+@dataclass
+class _Class:
+    """Movable pods alike (one item per GPU share): the first member stands for all."""
+
+    rep: PodAllocation
+    req: GpuRequest
+    cores: int
+    res: Resources
+    size: int = 0  # members
+    home: Counter[int] = field(default_factory=Counter)  # group -> members there now
 
 
 class _NodeRoom:
-    """The model of :func:`node_room_bound`: nodes (those with a bin no exclusive pod holds), the
+    """The model of :func:`node_room_bound`: the groups of GPUs (those no exclusive pod holds), the
     load of the pods that stay on each, and the classes of movable pods."""
 
-    def __init__(self, state: ClusterState, options: PlanOptions) -> None:
+    def __init__(self, state: ClusterState, options: PlanOptions, type_aware: bool) -> None:
         import numpy as np
 
-        self.state, self.options = state, options
+        self.state, self.options, self.type_aware = state, options, type_aware
         self.counted = counted = counted_gpus(state)
         self.exclusive = _exclusive(state, counted)
-        self.nodes = sorted({n for u, (n, _) in counted.items() if u not in self.exclusive})
-        self.ni = {n: i for i, n in enumerate(self.nodes)}
-        self.bins = np.zeros(len(self.nodes))
-        self.devcore = np.zeros(len(self.nodes))
-        self.slots = np.zeros(len(self.nodes))
-        for u, (n, d) in counted.items():
-            if u not in self.exclusive:
-                i = self.ni[n]
-                self.bins[i] += 1
-                self.devcore[i] = max(self.devcore[i], d.devcore)
-                self.slots[i] = max(self.slots[i], d.count)
-        self.fixed_gpus: dict[str, set[str]] = {}
-        self.fixed_load = np.zeros((len(self.nodes), 5))  # compute, slots, pods over devcore/2, /3, /4
+        named = {u for a in state.pods.values() for u in _named_uuids(a)} if type_aware else set()
+        self.groups, self.group_of = _groups(counted, self.exclusive, type_aware, named)
+        self.fixed_gpus: list[set[str]] = [set() for _ in self.groups]
+        self.fixed_items: list[list[int]] = [[] for _ in self.groups]  # compute of each staying share
+        self.fixed_load = np.zeros((len(self.groups), 5))  # compute, slots, pods over devcore/2, /3, /4
         # A movable pod is one item per GPU share (a multi-GPU pod's shares may part in this
         # relaxation; its CPU, memory and pod slot ride with the first share). Items alike form a class.
-        self.classes: dict[tuple[Any, ...], list[tuple[PodAllocation, int, Resources]]] = {}
+        self.classes: dict[tuple[Any, ...], _Class] = {}
         movers = self._sort_pods()
+        self.members_of = list(self.classes.values())
         self.room = _fixed_room(state, movers)
 
     def _sort_pods(self) -> set[str]:
-        """Movable pods into classes, the others into the fixed load of their nodes: the movers."""
+        """Movable pods into classes, the others into the fixed load of their groups: the movers.
+
+        A movable pod with no share on a group (an exclusive pod, or one on a cordoned GPU) is a
+        mover too, without items: it may leave its node, so its CPU and memory there are not fixed
+        (where it goes is not modelled, a relaxation: its GPUs are not counted, or held whole)."""
         state, counted, exclusive = self.state, self.counted, self.exclusive
         movers: set[str] = set()
         for key in sorted(state.pods):
             alloc = state.pods[key]
             on = [u for u in alloc.per_gpu if u in counted and u not in exclusive]
-            if not on:
-                continue
-            if (
-                len(on) == len(alloc.per_gpu)
-                and immovable_reason(alloc, self.options.excluded_namespaces, state.problems) is None
-            ):
+            if immovable_reason(alloc, self.options.excluded_namespaces, state.problems) is None:
                 movers.add(key)
-                for share, u in enumerate(sorted(on)):
-                    cores = alloc.per_gpu[u][2]
-                    res = state.requests_of(key) if share == 0 else ZERO
-                    sig = (cores, res, constraint_signature(alloc), repr(alloc.request.selectors))
-                    self.classes.setdefault(sig, []).append((alloc, cores, res))
+                # shares off the counted GPUs are dropped: they free nothing that counts
+                self._add_mover(alloc, sorted(on))
                 continue
             for u in on:
-                i = self.ni[counted[u][0]]
-                _, _, cores = alloc.per_gpu[u]
-                self.fixed_gpus.setdefault(self.nodes[i], set()).add(u)
-                self.fixed_load[i] += [cores, 1, *(cores > self.devcore[i] / (t + 1) for t in (1, 2, 3))]
+                g = self.group_of[u]
+                cores = alloc.per_gpu[u][2]
+                self.fixed_gpus[g].add(u)
+                self.fixed_items[g].append(cores)
+                devcore = self.groups[g].devcore
+                self.fixed_load[g] += [cores, 1, *(cores > devcore / (t + 1) for t in (1, 2, 3))]
         return movers
 
-    def solve(self, time_limit: float) -> Bound:
+    def _add_mover(self, alloc: PodAllocation, on: list[str]) -> None:
+        # immovable_reason lets only pods with one GPU container move
+        req = alloc.request.gpu_containers[0]
+        selectors = repr(alloc.request.selectors) if self.type_aware else ""
+        for share, u in enumerate(on):
+            cores = alloc.per_gpu[u][2]
+            res = self.state.requests_of(alloc.key) if share == 0 else ZERO
+            sig = (cores, req.memreq, req.mem_percentage, res, constraint_signature(alloc), selectors)
+            c = self.classes.setdefault(sig, _Class(alloc, req, cores, res))
+            c.size += 1
+            c.home[self.group_of[u]] += 1
+
+    def solve(self, time_limit: float, max_nodes: int, started: float) -> Bound:
         import highspy
         import numpy as np
 
-        state, nodes = self.state, self.nodes
+        groups = self.groups
         h = new_highs()
-        inf = h.getInfinity()
-        n_n = len(nodes)
-        lo = np.array([float(len(self.fixed_gpus.get(n, ()))) for n in nodes])
-        h.addVars(n_n, lo, self.bins.astype(float))
-        h.changeColsIntegrality(n_n, np.arange(n_n, dtype=np.int32), np.full(n_n, highspy.HighsVarType.kInteger))
-        h.changeColsCost(n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
-        self.members_of = list(self.classes.values())
-        self.c_cores = [m[0][1] for m in self.members_of]
-        self.c_res = [m[0][2] for m in self.members_of]
-        self.c_home = [Counter(a.node for a, _, _ in m) for m in self.members_of]
+        n_g = len(groups)
+        lo = np.array([float(len(f)) for f in self.fixed_gpus])
+        h.addVars(n_g, lo, np.array([float(len(g.gpus)) for g in groups]))
+        h.changeColsIntegrality(n_g, np.arange(n_g, dtype=np.int32), np.full(n_g, highspy.HighsVarType.kInteger))
+        h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
         cols = self._columns()
-        n_x = len(cols)
-        h.addVars(n_x, np.zeros(n_x), np.full(n_x, inf))
+        h.addVars(len(cols), np.zeros(len(cols)), np.full(len(cols), h.getInfinity()))
         self._rows(h, cols)
-        # L2's need and the pattern model's (or its dual bound) are valid floors on the bins in use:
-        # the bound is never looser than either.
-        floor = l2_bound(state, self.options).bins_needed
-        cut = pattern_bound(state, self.options, time_limit=min(30.0, time_limit))
-        if cut is not None:
-            floor = max(floor, cut.bins_needed)
-        h.addRow(float(floor), inf, n_n, np.arange(n_n, dtype=np.int32), np.ones(n_n))
-        h.setOptionValue("time_limit", float(time_limit))
+        floor = self._type_cuts(h, cols)
+        for option, value in (
+            ("mip_rel_gap", 0.0),
+            ("mip_abs_gap", 1 - 1e-3),  # the objective counts GPUs: a gap under one is a proof
+            ("mip_max_nodes", int(max_nodes)),
+            ("time_limit", max(1.0, time_limit - (time.perf_counter() - started))),
+        ):
+            h.setOptionValue(option, value)
         h.run()
-        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        return self._result(h, floor, started)
+
+    def _result(self, h: Any, floor: int, started: float) -> Bound:
+        """The bins the solver proves needed (its dual bound, never below the cuts' floor), as GPUs
+        freed; proven when a solution reaches them."""
         info = h.getInfo()
-        need = math.ceil((info.objective_function_value if optimal else info.mip_dual_bound) - 1e-6)
+        dual = info.mip_dual_bound
+        need = max(floor, math.ceil(dual - 1e-6)) if math.isfinite(dual) else floor
+        primal = info.objective_function_value if info.primal_solution_status == 2 else math.inf
+        proven = primal - 1e-6 <= need
         whole_free = sum(
-            1 for u, (n, _) in self.counted.items() if u not in self.exclusive and state.nodes[n].usage[u].used == 0
+            1
+            for u, (n, _) in self.counted.items()
+            if u not in self.exclusive and self.state.nodes[n].usage[u].used == 0
         )
-        max_free = int(self.bins.sum()) - need
-        return Bound("node room", need, max_free, max_free - whole_free, proven=optimal)
+        max_free = sum(len(g.gpus) for g in self.groups) - need
+        return Bound(
+            "node room", need, max_free, max_free - whole_free, proven=proven, seconds=time.perf_counter() - started
+        )
 
     def _columns(self) -> list[tuple[int, int]]:
-        """(class, node): every class on its own nodes, and on each node that would take one of it."""
+        """(class, group): every class on its own groups, and on each group that would take one of it."""
         cols: list[tuple[int, int]] = []
-        for k, members in enumerate(self.members_of):
-            rep = members[0][0]
-            for n in self.nodes:
-                if n in self.c_home[k] or self._takes(k, rep, n):
-                    cols.append((k, self.ni[n]))
+        for k, c in enumerate(self.members_of):
+            nodes: dict[str, bool] = {}
+            fits: dict[tuple[Any, ...], bool] = {}
+            for g, grp in enumerate(self.groups):
+                if g in c.home:
+                    cols.append((k, g))
+                    continue
+                if grp.node not in nodes:
+                    nodes[grp.node] = self._node_takes(c, grp.node)
+                if nodes[grp.node] and any(self._gpu_takes(c, d, fits) for d in grp.gpus):
+                    cols.append((k, g))
         return cols
 
-    def _takes(self, k: int, rep: PodAllocation, n: str) -> bool:
-        """Node `n` would take a pod of class `k` (`rep`): kube-scheduler's filters, node room, and a
-        GPU of an allowed type and UUID with the compute."""
-        node = self.state.nodes[n]
-        if node_refusal(rep, node) is not None:
+    def _node_takes(self, c: _Class, name: str) -> bool:
+        """kube-scheduler's filters and the node's room (what the pods that stay leave) for one pod."""
+        if node_refusal(c.rep, self.state.nodes[name]) is not None:
             return False
-        if n in self.room and not self.room[n].covers(self.c_res[k]):
-            return False
-        sel = rep.request.selectors
-        return any(
-            d.uuid in self.counted
-            and d.uuid not in self.exclusive
-            and sel.type_allowed(d.type)
-            and sel.uuid_allowed(d.uuid)
-            and self.c_cores[k] < d.devcore
-            for d in node.devices
-        )
+        return name not in self.room or self.room[name].covers(c.res)
+
+    def _gpu_takes(self, c: _Class, d: GpuDevice, fits: dict[tuple[Any, ...], bool]) -> bool:
+        """HAMi's Fit of one share on GPU `d` when empty (type and UUID selectors unless type-blind,
+        memory, compute: ``NvidiaGPUDevices.Fit`` in HAMi's pkg/device/nvidia/device.go, as
+        :func:`~hami_place_core.fit.gpu_fit_reason` encodes it); cached per GPU shape in `fits` unless
+        the class names UUIDs. Fit on an empty GPU is necessary for Fit on any usage of it."""
+        sel = c.rep.request.selectors if self.type_aware else NO_SELECTORS
+        key: tuple[Any, ...] = (d.uuid,) if sel.use_uuids or sel.nouse_uuids else (d.type, d.devmem, d.devcore, d.count)
+        if key not in fits:
+            fits[key] = gpu_fit_reason(c.req, d, EMPTY, sel) is None
+        return fits[key]
 
     def _rows(self, h: Any, cols: list[tuple[int, int]]) -> None:
-        """Every class keeps its count; per node the compute, slot and size rows, and node room."""
+        """Every class keeps its count; per group the compute, slot and size rows; per node its room."""
         import numpy as np
 
         inf = h.getInfinity()
-        x0 = len(self.nodes)
+        x0 = len(self.groups)
         by_class: dict[int, list[int]] = {}
-        by_node: dict[int, list[int]] = {}
-        for j, (k, i) in enumerate(cols):
+        by_group: dict[int, list[int]] = {}
+        for j, (k, g) in enumerate(cols):
             by_class.setdefault(k, []).append(x0 + j)
-            by_node.setdefault(i, []).append(j)
+            by_group.setdefault(g, []).append(j)
         for k, xs in by_class.items():
-            count = float(len(self.members_of[k]))
+            count = float(self.members_of[k].size)
             h.addRow(count, count, len(xs), np.array(xs, dtype=np.int32), np.ones(len(xs)))
-        devcore, slots, fixed_load = self.devcore, self.slots, self.fixed_load
-        for i, js in by_node.items():
-            sizes = np.array([float(self.c_cores[cols[j][0]]) for j in js])
-            idx = np.array([x0 + j for j in js] + [i], dtype=np.int32)
+        by_node: dict[str, list[int]] = {}
+        for g, js in by_group.items():
+            grp, fixed = self.groups[g], self.fixed_load[g]
+            sizes = np.array([float(self.members_of[cols[j][0]].cores) for j in js])
+            idx = np.array([x0 + j for j in js] + [g], dtype=np.int32)
             rows = [
-                (sizes, devcore[i], fixed_load[i, 0]),
-                (np.ones(len(js)), slots[i], fixed_load[i, 1]),
-                *(((sizes > devcore[i] / (t + 1)).astype(float), float(t), fixed_load[i, 1 + t]) for t in (1, 2, 3)),
+                (sizes, grp.devcore, fixed[0]),
+                (np.ones(len(js)), grp.count, fixed[1]),
+                *(((sizes > grp.devcore / (t + 1)).astype(float), float(t), fixed[1 + t]) for t in (1, 2, 3)),
             ]
-            for coef, per_gpu, fixed in rows:
+            for coef, per_gpu, load in rows:
                 if coef.any():
-                    h.addRow(-inf, -float(fixed), len(idx), idx, np.array([*coef, -float(per_gpu)]))
-            self._room_rows(h, self.nodes[i], [cols[j][0] for j in js], [x0 + j for j in js])
+                    h.addRow(-inf, -float(load), len(idx), idx, np.array([*coef, -float(per_gpu)]))
+            by_node.setdefault(grp.node, []).extend(js)
+        for name, js in by_node.items():
+            self._room_rows(h, name, [cols[j] for j in js], [x0 + j for j in js])
 
-    def _room_rows(self, h: Any, name: str, ks: list[int], xs: list[int]) -> None:
-        """The movers' CPU, memory and pod slots on node `name` (columns `xs` of classes `ks`) fit
-        what the pods that stay leave; a node may always keep today's load."""
+    def _room_rows(self, h: Any, name: str, cols: list[tuple[int, int]], xs: list[int]) -> None:
+        """The movers' CPU, memory and pod slots on node `name` (columns `xs`, (class, group) `cols`)
+        fit what the pods that stay leave; a node may always keep today's load."""
         import numpy as np
 
         if name not in self.room:
             return
-        reqs = [self.c_res[k] for k in ks]
-        home = [self.c_home[k][name] for k in ks]
+        reqs = [scaled(self.members_of[k].res) for k, _ in cols]
+        home = [self.members_of[k].home[g] for k, g in cols]
         for dim, cap in enumerate(scaled(self.room[name])):
-            coef = np.array([scaled(q)[dim] for q in reqs])
+            coef = np.array([q[dim] for q in reqs])
             limit = max(cap, float(np.dot(coef, home)))
             nz = np.flatnonzero(coef)
-            if len(nz):
+            if len(nz) and coef.sum() > 0:
                 h.addRow(-h.getInfinity(), limit, len(nz), np.array([xs[z] for z in nz], dtype=np.int32), coef[nz])
+
+    def _type_cuts(self, h: Any, cols: list[tuple[int, int]]) -> int:
+        """For each set T of GPU types in :func:`_type_family`: the groups of types in T keep at least
+        the bins that the pods which can end only on types in T need (every such pod is on a GPU in
+        use of a type in T, whatever else shares it). Returns the floor over all types."""
+        import numpy as np
+
+        reach: dict[int, set[str]] = {}
+        for k, g in cols:
+            reach.setdefault(k, set()).add(self.groups[g].type)
+        items = [(frozenset({self.groups[g].type}), cores) for g, f in enumerate(self.fixed_items) for cores in f]
+        for k, c in enumerate(self.members_of):
+            items.extend((frozenset(reach[k]), c.cores) for _ in range(c.size))
+        every = frozenset(g.type for g in self.groups)
+        floor = 0
+        for types in _type_family({t for t, _ in items}, every):
+            gs = [g for g, grp in enumerate(self.groups) if grp.type in types]
+            shapes = {(self.groups[g].devcore, self.groups[g].count) for g in gs}
+            sizes = [cores for t, cores in items if t <= types]
+            need = fewest_bins(
+                sizes,
+                max(c for c, _ in shapes),
+                max(n for _, n in shapes),
+                exact=len(shapes) == 1,  # the cutting-stock model needs bins alike
+                max_nodes=CUT_MAX_NODES,
+            )
+            if types == every:
+                floor = need
+            if need > 0:
+                h.addRow(float(need), h.getInfinity(), len(gs), np.array(gs, dtype=np.int32), np.ones(len(gs)))
+        return floor
+
+
+def _groups(
+    counted: Mapping[str, tuple[str, GpuDevice]], exclusive: set[str], type_aware: bool, named: set[str]
+) -> tuple[list[_Group], dict[str, int]]:
+    """The counted GPUs no exclusive pod holds, by node, type (unless type-blind), compute and slots,
+    a GPU some pod names by UUID (`named`) alone; and each GPU's group. Within a group every class
+    then passes or fails HAMi's UUID check alike."""
+    members: dict[tuple[str, str, int, int, str], list[GpuDevice]] = {}
+    for u, (name, d) in counted.items():
+        if u not in exclusive:
+            key = (name, d.type if type_aware else "", d.devcore, d.count, u if u in named else "")
+            members.setdefault(key, []).append(d)
+    groups = [_Group(*key[:4], gpus=tuple(ds)) for key, ds in sorted(members.items())]
+    return groups, {d.uuid: g for g, grp in enumerate(groups) for d in grp.gpus}
+
+
+def _named_uuids(alloc: PodAllocation) -> tuple[str, ...]:
+    """The GPU UUIDs a pod's nvidia.com/use-gpuuuid or nouse-gpuuuid names."""
+    sel = alloc.request.selectors
+    return (*sel.use_uuids, *sel.nouse_uuids)
+
+
+def _type_family(sets: set[frozenset[str]], every: frozenset[str], most: int = 64) -> list[frozenset[str]]:
+    """The sets of GPU types to cut on: those of the items, unions of those that overlap (pods of
+    {A, B} and of {B, C} share B's GPUs, so they are counted together on {A, B, C}), and all types;
+    at most `most` (a valid cut for any T: fewer only loosens the bound)."""
+    family = set(sets)
+    grown = True
+    while grown and len(family) < most:
+        grown = False
+        for a in sorted(family, key=sorted):
+            for b in sorted(family, key=sorted):
+                if a & b and not (a <= b or b <= a) and (a | b) not in family and len(family) < most:
+                    family.add(a | b)
+                    grown = True
+    family.add(every)
+    return sorted(family, key=lambda t: (len(t), sorted(t)))
 
 
 def _exclusive(state: ClusterState, counted: Mapping[str, tuple[str, GpuDevice]]) -> set[str]:
