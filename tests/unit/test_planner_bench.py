@@ -62,4 +62,4 @@ def test_greedy_order_is_the_rescanning_order(tmp_path: Path) -> None:
         outcomes.add(done)
         assert a.moves == b.moves
         made.append(len(a.moves))
-    assert max(made) > 5 and outcomes == {True, False}, (made, outcomes)  # not trivial
+    assert sum(made) > 20 and outcomes == {True, False}, (made, outcomes)  # not trivial
