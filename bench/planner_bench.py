@@ -2,6 +2,22 @@
 
     .venv/bin/python bench/planner_bench.py                       # full run (about 10 minutes)
     .venv/bin/python bench/planner_bench.py --cuts 0.99 --milp-instances 0 --no-frontier   # quick
+    .venv/bin/python bench/planner_bench.py --all-lists --json all.json     # the evaluation (issue 22)
+
+``--all-lists``: every ``openb_pod_list_*.csv`` in ``$OPENB_DIR`` at cuts 0.95, 0.99 and 1.0
+(``--cuts``), replayed with departure seeds 1 and 2 (``--seeds``; 0: no departures; each seed lets
+a seeded tenth of the tasks leave, testbed/openb.py; lists without times have no departures and are
+replayed once, as seed 0), in one table: whole GPUs free before; GPUs freed and moves of the
+planner, best-fit greedy and the FFD prefix (the FFD repack's moves in the greedy order, up to
+where it deadlocks, each checked when made); ``type_bound`` and the planner's share of it; moves
+per freed GPU; the planner's CPU seconds (``time.process_time``, best of ``--repeat``) and, scaled
+to the reference loop's nominal ``REF_NOMINAL_MS``, its ratio to the 2 s limit; flags where the
+acceptance fails (planner below greedy; on gpuspec lists below 1.25 x greedy; an invalid plan;
+over the limit). Per list, ``--milp-instances`` (default 4) random subsets of the ``--milp-seed``
+state at ``--milp-cut`` with the planner's share of the settled ordered optimum, and the planner
+run twice on each (identical moves). The slow baselines (HighNodeUtilization, FragmentationAware,
+random) and the LP move bounds are not run. Replayed states are cached under ``--cache-dir``
+(gzip JSON of the Node and Pod objects; delete it when the replay changes).
 
 States: the openb trace (``$OPENB_DIR``, default /work/shared/data/openb) replayed with HAMi's
 default policies (node binpack, GPU spread) and no departures (docs/openb.md), at several cut
