@@ -923,6 +923,10 @@ def all_lists() -> list[str]:
     )
 
 
+def list_csv(pod_list: str) -> Path:
+    return replay.DATA_DIR / f"openb_pod_list_{pod_list}.csv"
+
+
 def type_constrained(pod_list: str) -> bool:
     """The lists where a share of the tasks name their GPU models (gpu_spec)."""
     return pod_list.startswith("gpuspec")
@@ -959,13 +963,13 @@ def load_state(path: Path) -> tuple[ClusterState, dict[str, Any]]:
 def departure_seeds(pod_list: str, seeds: Sequence[int]) -> list[int]:
     """The seeds worth replaying: a list without times (multigpu30, multigpu50) has no departures
     to draw from, so every seed gives the state of seed 0 and it is replayed once, as seed 0."""
-    timed_list = any(p.deletion is not None for p in replay.load_pods(replay.pod_list_path(pod_list)))
+    timed_list = any(p.deletion is not None for p in replay.load_pods(list_csv(pod_list)))
     return list(seeds) if timed_list else [0]
 
 
 def replayer(pod_list: str, seed: int) -> tuple[replay.Replayer, list[replay.TracePod]]:
     nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
-    pods = replay.load_pods(replay.pod_list_path(pod_list))
+    pods = replay.load_pods(list_csv(pod_list))
     if seed == 0:
         return replay.Replayer(nodes, pods, departures=False), pods
     return replay.Replayer(nodes, pods, departure_seed=seed), pods
@@ -1160,6 +1164,27 @@ def machine() -> dict[str, Any]:
     }
 
 
+def print_all_lists(report: Mapping[str, Any]) -> None:
+    print("\n## All lists\n\n" + all_lists_table(report["rows"]))
+    if report["subsets"]:
+        print("\n### MILP subsets\n\n" + subsets_table(report["subsets"]))
+
+
+def merge_reports(paths: Sequence[Path], out: Path | None) -> int:
+    """One table from --all-lists runs split by --lists (run side by side on a shared machine)."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    merged = {
+        "parts": [{k: v for k, v in r.items() if k not in ("rows", "subsets")} for r in reports],
+        "rows": [row for r in reports for row in r["rows"]],
+        "subsets": {k: v for r in reports for k, v in r["subsets"].items()},
+    }
+    print_all_lists(merged)
+    print(f"\nCPU {sum(r['cpuSeconds'] for r in reports):.1f} s in {len(reports)} runs")
+    if out:
+        out.write_text(json.dumps(merged, indent=2))
+    return 0
+
+
 def main_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> int:
     report.update(
         {
@@ -1174,12 +1199,7 @@ def main_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> int:
     run_all_lists(args, report)
     report["wallSeconds"] = round(time.perf_counter() - started, 1)
     report["machine"]["loadAfter"] = os.getloadavg()
-    print("\n## All lists\n\n" + all_lists_table(report["rows"]))
-    if report["subsets"]:
-        print(
-            f"\n### MILP subsets ({args.milp_instances} x {args.milp_nodes} nodes, cut {args.milp_cut:g}, "
-            f"seed {args.milp_seed})\n\n" + subsets_table(report["subsets"])
-        )
+    print_all_lists(report)
     print(f"\nCPU {report['cpuSeconds']} s, wall {report['wallSeconds']} s, load {report['machine']}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
@@ -1200,6 +1220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--seeds",
         default=",".join(map(str, ALL_SEEDS)),
         help="with --all-lists: departure seeds of the replay (0: no departures)",
+    )
+    ap.add_argument(
+        "--tables-from",
+        nargs="+",
+        type=Path,
+        help="print one --all-lists table from these --json reports (a run split by --lists) and exit",
     )
     ap.add_argument("--milp-seed", type=int, default=1, help="with --all-lists: the departure seed of the subsets")
     ap.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="replayed states (gzip JSON) for --all-lists")
@@ -1224,6 +1250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.order_time is None:
         args.order_time = 20.0 if all_lists_run else 120.0
     report: dict[str, Any] = {"machine": machine(), "argv": sys.argv[1:] if argv is None else list(argv)}
+    if args.tables_from:
+        return merge_reports(args.tables_from, args.json)
     if all_lists_run:
         return main_all_lists(args, report)
     cuts = [float(c) for c in (args.cuts or ",".join(map(str, CUTS))).split(",")]
