@@ -768,13 +768,16 @@ def direct_optimum(sub: ClusterState, best: MilpResult, start: Sequence[Move], t
         result = milp_bound(sub, time_limit=left, start=start, forbid=forbid, fewest_moves=False)
 
 
-def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, Any]:
+def bench_subsets(
+    state: ClusterState, args: argparse.Namespace, again: Callable[[ClusterState, Plan], bool] | None = None
+) -> dict[str, Any]:
     names = sorted(state.nodes)
     rng = random.Random(args.seed)
     rows = []
     for i in range(args.milp_instances):
         sub = restrict(state, rng.sample(names, args.milp_nodes))
         p, secs = timed(lambda sub=sub: plan(sub))  # auto: the exact planner runs on 16 nodes
+        same = again(sub, p) if again else None
         g, greedy_secs = timed(lambda sub=sub: plan(sub, PlanOptions(solver="greedy")))
         best = milp_bound(sub, time_limit=args.milp_time, start=p.moves)
         reach = direct_optimum(sub, best, p.moves, args.order_time)
@@ -803,6 +806,7 @@ def bench_subsets(state: ClusterState, args: argparse.Namespace) -> dict[str, An
                 "orderedProven": reach.proven,
                 "excluded": reach.excluded,
                 "milpSeconds": round(best.seconds, 1),
+                **({} if same is None else {"sameOnSecondRun": same}),
             }
         )
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
@@ -1084,16 +1088,8 @@ def all_lists_row(
 def subsets_twice(state: ClusterState, args: argparse.Namespace) -> dict[str, Any]:
     """The MILP subsets, plus the determinism check: the planner run again on each subset (same
     seed, same nodes) must make the same moves."""
-    out = bench_subsets(state, args)
-    names = sorted(state.nodes)
-    rng = random.Random(args.seed)  # the same draws as bench_subsets
-    differ = []
-    for i in range(args.milp_instances):
-        sub = restrict(state, rng.sample(names, args.milp_nodes))
-        first, second = plan(sub), plan(sub)
-        if first.moves != second.moves or first.gpus_freed != out["rows"][i]["planner"]:
-            differ.append(i)
-    out["determinismDiffers"] = differ
+    out = bench_subsets(state, args, again=lambda sub, p: plan(sub).moves == p.moves)
+    out["determinismDiffers"] = [r["instance"] for r in out["rows"] if not r["sameOnSecondRun"]]
     return out
 
 
@@ -1134,6 +1130,12 @@ def subsets_table(subsets: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def save_partial(args: argparse.Namespace, report: Mapping[str, Any]) -> None:
+    """The report so far, after every row: a long run on a shared machine may be cut short."""
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
 def run_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> None:
     cuts = [float(c) for c in args.cuts.split(",")] if args.cuts else list(ALL_CUTS)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -1150,8 +1152,10 @@ def run_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> None:
                 if cut in cuts:
                     rows.append({**all_lists_row(name, seed, cut, state, args), "replay": summary})
                     print(all_lists_table(rows[-1:]).splitlines()[-1], flush=True)
+                    save_partial(args, report)
                 if subsets_here and cut == args.milp_cut:
                     subsets[name] = subsets_twice(state, args)
+                    save_partial(args, report)
     report["cpuSeconds"] = round(time.process_time() - report.pop("cpuStart"), 1)
 
 
