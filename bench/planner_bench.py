@@ -1204,7 +1204,10 @@ def main_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> int:
     report["wallSeconds"] = round(time.perf_counter() - started, 1)
     report["machine"]["loadAfter"] = os.getloadavg()
     print_all_lists(report)
-    print(f"\nCPU {report['cpuSeconds']} s, wall {report['wallSeconds']} s, load {report['machine']}")
+    print(
+        f"\nCPU {report['cpuSeconds']} s, wall {report['wallSeconds']} s; load average "
+        f"{report['machine']['load']} at the start, {report['machine']['loadAfter']} at the end"
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
