@@ -26,7 +26,10 @@ Mapping (docs/openb.md has the full table and the reasoning):
   frees room, until it fits or its deletion_time comes;
 - with ``--no-departures`` (``departures=False``) tasks never leave: the FGD paper's method, and
   the one the shipped example uses, because with their own lifetimes the openb lists keep at most
-  ~50 GPU tasks on the cluster at any instant (docs/openb.md).
+  ~50 GPU tasks on the cluster at any instant (docs/openb.md);
+- with ``--departure-seed S`` (``departure_seed=S``, S >= 1) each task keeps its trace departure
+  with probability ``departure_share`` (default ``DEPARTURE_SHARE``), drawn from S and the task's
+  name alone, and otherwise never leaves: a crowded cluster that still churns, one per seed.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import datetime as dt
 import gzip
 import json
 import os
+import random
 import sys
 import time
 from collections import deque
@@ -80,6 +84,11 @@ DEVCORE = 100  # deviceCoreScaling 1
 # from this arbitrary instant (2023-07-01T00:00:00Z) so that ages are meaningful.
 TRACE_EPOCH = 1688169600
 SOURCE = "Alibaba clusterdata cluster-trace-gpu-v2023 (openb), CC BY 4.0"
+# Under a departure seed, the share of tasks that keep their trace departure. Measured in
+# docs/openb.md ("Seeded departures"): at 0.1 cut 1.0 is about as crowded as cut 0.99 without
+# departures (the shipped example), while one task in ten still leaves and makes room behind it;
+# 0.2 and 0.3 leave hundreds more whole GPUs free, where defragmentation matters less.
+DEPARTURE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -336,8 +345,19 @@ class ReplayStats:
         return out
 
 
+def keeps_departure(seed: int, share: float, name: str) -> bool:
+    """Whether task `name` leaves at its trace deletion time under departure seed `seed`: a draw
+    from a generator seeded by the string "seed/name" (random seeds a str through SHA-512, so the
+    draw is the same in every Python run, unlike hash()), independent of the list's order."""
+    return random.Random(f"{seed}/{name}").random() < share  # noqa: S311 (a replay, not a secret)
+
+
 class Replayer:
-    """An arrival/departure replay that can be advanced step by step to several cut times."""
+    """An arrival/departure replay that can be advanced step by step to several cut times.
+
+    ``departures=False``: tasks never leave. ``departure_seed=s`` (s >= 1): each task leaves at its
+    trace deletion time with probability ``departure_share`` (:func:`keeps_departure`), otherwise
+    never. Neither: every task leaves at its deletion time."""
 
     def __init__(
         self,
@@ -349,14 +369,22 @@ class Replayer:
         check_cpu_memory: bool = True,
         retry_pending: bool = True,
         departures: bool = True,
+        departure_seed: int | None = None,
+        departure_share: float = DEPARTURE_SHARE,
     ) -> None:
         if node_policy not in POLICIES or gpu_policy not in POLICIES:
             raise ValueError(f"policies must be one of {', '.join(POLICIES)}")
+        if departure_seed is not None and (departure_seed < 1 or not departures):
+            raise ValueError("departure_seed must be >= 1, with departures on")
+        if not 0 <= departure_share <= 1:
+            raise ValueError("departure_share must be between 0 and 1")
         self.node_policy: Policy = node_policy
         self.gpu_policy: Policy = gpu_policy
         self.check_cpu_memory = check_cpu_memory
         self.retry_pending = retry_pending
         self.departures = departures
+        self.departure_seed = departure_seed
+        self.departure_share = departure_share
         self.trace_nodes = {n.name: n for n in nodes}
         self.node_objects = [node_object(n) for n in nodes]
         self.state: ClusterState = build_state(self.node_objects, ())
@@ -368,18 +396,25 @@ class Replayer:
         self.pending: dict[str, TracePod] = {}  # insertion order = FIFO
         self.now = -1
         events: list[tuple[int, int, int, TracePod]] = []
+        self.leaving: set[str] = set()  # tasks that leave at their deletion time
         for p in pods:
             if p.num_gpu <= 0:
                 continue
             events.append((p.creation, 1, p.row, p))
-            if departures and p.deletion is not None:
-                events.append((p.deletion, 0, p.row, p))  # departures first at equal times
+            if self._leaves(p):
+                self.leaving.add(p.name)
+                events.append((p.deletion or 0, 0, p.row, p))  # departures first at equal times
         events.sort(key=lambda e: (e[0], e[1], e[2]))
         self.events = deque(events)
         self.skipped_cpu = sorted((p.creation, p.row) for p in pods if p.num_gpu <= 0)
         self.templates: dict[str, dict[str, Any]] = {}
 
     # -- queries --
+    def _leaves(self, pod: TracePod) -> bool:
+        if not self.departures or pod.deletion is None:
+            return False
+        return self.departure_seed is None or keeps_departure(self.departure_seed, self.departure_share, pod.name)
+
     def _fits_host(self, pod: TracePod, node: str) -> bool:
         return self.cpu_free[node] >= pod.cpu_milli and self.mem_free[node] >= pod.memory_mib
 
@@ -452,7 +487,7 @@ class Replayer:
                 self._retry(freed, t)
             while self.events and self.events[0][0] == t and self.events[0][1] == 1:
                 _, _, _, pod = self.events.popleft()
-                if self.departures and pod.deletion is not None and pod.deletion <= pod.creation:
+                if pod.name in self.leaving and pod.deletion is not None and pod.deletion <= pod.creation:
                     self.stats.zero_length_skipped += 1
                     continue
                 self.stats.arrivals += 1
@@ -486,6 +521,8 @@ class Replayer:
             "nodePolicy": self.node_policy,
             "gpuPolicy": self.gpu_policy,
             "departures": self.departures,
+            "departureSeed": self.departure_seed,
+            "departureShare": self.departure_share if self.departure_seed is not None else None,
             **self.stats.as_dict(),
             **cluster_stats(self.state, metrics or self.metrics()),
         }
@@ -499,6 +536,8 @@ def replay(
     gpu_policy: Policy = "spread",
     *,
     departures: bool = True,
+    departure_seed: int | None = None,
+    departure_share: float = DEPARTURE_SHARE,
     check_cpu_memory: bool = True,
     retry_pending: bool = True,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -507,7 +546,8 @@ def replay(
     `cut_time` is in the trace's seconds, or a fraction of its time span when <= 1 (as ``--cut``).
     Pod dicts are the running pods as HAMi leaves them, in arrival order, followed by the pods
     still waiting (phase Pending, no HAMi annotations; :func:`build_state` and snapshots ignore
-    them). With ``departures=False`` tasks never leave (the FGD paper's method). Deterministic:
+    them). With ``departures=False`` tasks never leave (the FGD paper's method); with
+    ``departure_seed`` only a seeded share of them leaves (:class:`Replayer`). Deterministic:
     the same inputs give the same objects. To look at several cut times, advance one
     :class:`Replayer` instead of replaying from the start each time.
     """
@@ -518,6 +558,8 @@ def replay(
         node_policy,
         gpu_policy,
         departures=departures,
+        departure_seed=departure_seed,
+        departure_share=departure_share,
         check_cpu_memory=check_cpu_memory,
         retry_pending=retry_pending,
     )
@@ -568,6 +610,14 @@ def pod_list_path(arg: str) -> Path:
     return DATA_DIR / POD_LISTS[arg] if arg in POD_LISTS else Path(arg)
 
 
+def departure_note(args: argparse.Namespace) -> str:
+    if args.no_departures:
+        return ", no departures"
+    if args.departure_seed is not None:
+        return f", departures of a {args.departure_share:g} share, seed {args.departure_seed}"
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--pods", default="gpushare40", help=f"{', '.join(POD_LISTS)} (in $OPENB_DIR) or a CSV path")
@@ -582,9 +632,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="tasks never leave (the FGD paper's method: the openb lists hold ~50 concurrent tasks otherwise)",
     )
+    ap.add_argument(
+        "--departure-seed",
+        type=int,
+        help="only a seeded share of tasks leave (the rest never do); a seed >= 1",
+    )
+    ap.add_argument(
+        "--departure-share",
+        type=float,
+        default=DEPARTURE_SHARE,
+        help=f"with --departure-seed, the share of tasks that leave (default {DEPARTURE_SHARE})",
+    )
     ap.add_argument("--out", type=Path, help="write a snapshot (gzip if the name ends with .gz)")
     ap.add_argument("--json", action="store_true", help="print the stats as JSON")
     args = ap.parse_args(argv)
+    if args.departure_seed is not None and (args.no_departures or args.departure_seed < 1):
+        ap.error("--departure-seed needs a seed >= 1 and departures (not --no-departures)")
 
     started = time.perf_counter()
     pods_path = pod_list_path(args.pods)
@@ -598,6 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_cpu_memory=not args.no_cpu_memory,
         retry_pending=not args.no_retry,
         departures=not args.no_departures,
+        departure_seed=args.departure_seed,
+        departure_share=args.departure_share,
     )
     r.advance(t)
     metrics = r.metrics()
@@ -617,7 +682,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         source = (
             f"openb {pods_path.stem.removeprefix('openb_pod_list_')} replayed to t={t}s "
-            f"(cut {args.cut}) with HAMi node policy {args.node_policy}, GPU policy {args.gpu_policy}; "
+            f"(cut {args.cut}{departure_note(args)}) with HAMi node policy {args.node_policy}, "
+            f"GPU policy {args.gpu_policy}; "
             f"{SOURCE}"
         )
         doc = make_snapshot(r.node_objects, r.pod_objects(), r.state, metrics, source)

@@ -264,6 +264,57 @@ def test_replay_is_deterministic(tmp_path: Path) -> None:
         assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
 
 
+def replayed(nodes_csv: Path, pods_csv: Path, cut: float, **kw: object) -> tuple[list[dict], list[dict]]:
+    nodes, pods, _ = ob.replay(nodes_csv, pods_csv, cut, **kw)  # type: ignore[arg-type]
+    return nodes, pods
+
+
+def test_seeded_departures_are_reproducible(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = synthetic(tmp_path)
+    first = replayed(nodes_csv, pods_csv, 0.8, departure_seed=1, departure_share=0.5)
+    assert json.dumps(first, sort_keys=True) == json.dumps(
+        replayed(nodes_csv, pods_csv, 0.8, departure_seed=1, departure_share=0.5), sort_keys=True
+    )
+    # The draw is per task name, not per list position or process (no hash()): fixed values.
+    draws = [ob.keeps_departure(1, 0.5, f"pod-{i:04d}") for i in range(8)]
+    assert draws == [ob.keeps_departure(1, 0.5, f"pod-{i:04d}") for i in range(8)]
+    assert sum(ob.keeps_departure(7, 0.2, f"t{i}") for i in range(10_000)) in range(1_850, 2_150)
+
+
+def test_different_departure_seeds_differ(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = synthetic(tmp_path)
+    one = ob.replay(nodes_csv, pods_csv, 0.8, departure_seed=1, departure_share=0.5)
+    two = ob.replay(nodes_csv, pods_csv, 0.8, departure_seed=2, departure_share=0.5)
+    assert {p["metadata"]["name"] for p in one[1]} != {p["metadata"]["name"] for p in two[1]}
+    assert one[2]["departureSeed"] == 1 and one[2]["departureShare"] == 0.5
+    # Somewhere between none and all of the tasks leave.
+    everyone = ob.replay(nodes_csv, pods_csv, 0.8)[2]["departed"]
+    assert 0 < one[2]["departed"] < everyone and 0 < two[2]["departed"] < everyone
+
+
+def test_departure_share_bounds(tmp_path: Path) -> None:
+    nodes_csv, pods_csv = synthetic(tmp_path)
+    stay = replayed(nodes_csv, pods_csv, 0.8, departures=False)
+    leave = replayed(nodes_csv, pods_csv, 0.8)
+    for seed in (1, 2):
+        # Share 0: nobody leaves, exactly as departures=False; share 1: everyone, as the trace says.
+        assert replayed(nodes_csv, pods_csv, 0.8, departure_seed=seed, departure_share=0.0) == stay
+        assert replayed(nodes_csv, pods_csv, 0.8, departure_seed=seed, departure_share=1.0) == leave
+    for bad in ({"departure_seed": 0}, {"departure_seed": 1, "departures": False}, {"departure_share": 1.5}):
+        with pytest.raises(ValueError):
+            ob.replay(nodes_csv, pods_csv, 0.8, **bad)
+
+
+def test_cli_takes_a_departure_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes_csv, pods_csv = synthetic(tmp_path)
+    argv = ["--nodes", str(nodes_csv), "--pods", str(pods_csv), "--cut", "0.8", "--json"]
+    assert ob.main([*argv, "--departure-seed", "2", "--departure-share", "0.5"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["departureSeed"], stats["departureShare"]) == (2, 0.5)
+    with pytest.raises(SystemExit):
+        ob.main([*argv, "--departure-seed", "1", "--no-departures"])
+
+
 def test_snapshot_round_trip(tmp_path: Path) -> None:
     nodes_csv, pods_csv = synthetic(tmp_path)
     nodes, pods, _ = ob.replay(nodes_csv, pods_csv, 0.6)
