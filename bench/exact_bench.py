@@ -13,7 +13,8 @@ Subsets are drawn as bench/planner_bench.py's ``bench_subsets`` draws them: ``ra
 samples ``--nodes`` node names from the sorted names, ``--subsets`` times per list (then
 ``--big-subsets`` of ``--big-nodes`` nodes, from the same generator). For each subset and solver:
 the greedy plan's gain, the plan's gain and solver, its note, the LP iterations the exact stage
-used (``ExactOutcome.work``), the CPU seconds of ``plan()`` (``time.process_time``, so other
+used (``ExactOutcome.work``: HiGHS's limit checks, the unit of the budget, and the nodes and LP
+iterations, per solve with its CPU seconds), the CPU seconds of ``plan()`` (``time.process_time``, so other
 engineers' load on the machine counts less than in wall time), that CPU time over a fixed
 reference loop's (``reference_ms`` of bench/planner_bench.py, taken next to each run: the
 machine's speed varies), and whether a second run gave the identical plan.
@@ -40,6 +41,7 @@ from bench.planner_bench import reference_ms
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning import exact as exact_planner
 from hami_place_core.planning.bounds import restrict
+from hami_place_core.planning.highs import WorkLimit
 from hami_place_core.state import ClusterState, build_state
 from testbed import openb as replay
 
@@ -67,23 +69,32 @@ def cached_state(pod_list: str, cut: float, cache: Path) -> ClusterState:
     return build_state(doc["nodes"], doc["pods"])
 
 
-def run_plan(state: ClusterState, solver: str) -> tuple[Any, Any, float]:
-    """The plan, the exact stage's outcome (None if it did not run) and the CPU seconds of plan()."""
+def run_plan(state: ClusterState, solver: str) -> tuple[Any, Any, float, list[float]]:
+    """The plan, the exact stage's outcome (None if it did not run), the CPU seconds of plan() and
+    of each HiGHS solve in it (reported next to the work each solve counted: the calibration)."""
     outcomes: list[Any] = []
-    solve = exact_planner.solve
+    solve_cpu: list[float] = []
+    solve, run = exact_planner.solve, WorkLimit.run
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         outcomes.append(solve(*args, **kwargs))
         return outcomes[-1]
 
+    def timed_run(self: WorkLimit, h: Any, cap: int | None = None) -> None:
+        t = time.process_time()
+        run(self, h, cap)
+        solve_cpu.append(round(time.process_time() - t, 3))
+
     exact_planner.solve = spy
+    WorkLimit.run = timed_run  # type: ignore[method-assign]
     try:
         t = time.process_time()
         p = plan(state, PlanOptions(solver=solver))  # type: ignore[arg-type]
         cpu = time.process_time() - t
     finally:
         exact_planner.solve = solve
-    return p, outcomes[-1] if outcomes else None, cpu
+        WorkLimit.run = run  # type: ignore[method-assign]
+    return p, outcomes[-1] if outcomes else None, cpu, solve_cpu
 
 
 def bench_subset(label: str, sub: ClusterState, solvers: Sequence[str]) -> list[dict[str, Any]]:
@@ -91,8 +102,9 @@ def bench_subset(label: str, sub: ClusterState, solvers: Sequence[str]) -> list[
     rows = []
     for solver in solvers:
         ref = reference_ms()
-        p, outcome, cpu = run_plan(sub, solver)
-        again, _, cpu2 = run_plan(sub, solver)
+        p, outcome, cpu, solve_cpu = run_plan(sub, solver)
+        again, _, cpu2, _ = run_plan(sub, solver)
+        work = outcome.work if outcome is not None else None
         rows.append(
             {
                 "subset": label,
@@ -103,7 +115,11 @@ def bench_subset(label: str, sub: ClusterState, solvers: Sequence[str]) -> list[
                 "moves": len(p.moves),
                 "used": p.solver,
                 "note": p.solver_note,
-                "work": outcome.work if outcome is not None else None,
+                "checks": work.checks if work else None,
+                "limitHit": bool(work and work.hit),
+                "lpIterations": work.lp_iterations if work else None,
+                # per solve: limit checks, branch-and-bound nodes, LP iterations, CPU seconds
+                "solves": [[*r, c] for r, c in zip(work.runs, solve_cpu, strict=True)] if work else [],
                 "cpu": round(cpu, 2),
                 "cpu2": round(cpu2, 2),
                 "referenceMs": ref,
@@ -126,7 +142,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
         rs = [r for r in rows if r["solver"] == solver and r["nodes"] == nodes]
         lines.append(
             f"| {solver} | {len(rs)} | {nodes} | {sum(r['greedy'] for r in rs)} | {sum(r['freed'] for r in rs)} "
-            f"| {sum(r['used'] == 'exact' for r in rs)} | {sum('work limit' in r['note'] for r in rs)} "
+            f"| {sum(r['used'] == 'exact' for r in rs)} | {sum(r['limitHit'] for r in rs)} "
             f"| {max(max(r['cpu'], r['cpu2']) for r in rs)} | {max(r['cpuOverRef'] for r in rs)} "
             f"| {sum(r['same'] for r in rs)}/{len(rs)} |"
         )
@@ -143,12 +159,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--big-nodes", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--solvers", default="auto,exact", help="comma-separated: auto, exact")
+    ap.add_argument("--auto-work", type=int, help="override AUTO_WORK (solver steps), for calibration")
+    ap.add_argument("--exact-work", type=int, help="override EXACT_WORK (solver steps), for calibration")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "hami-place-exact-bench")
     ap.add_argument("--cache-only", action="store_true", help="replay and cache the states, nothing else")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args(argv)
     solvers = args.solvers.split(",")
-    machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()}
+    if args.auto_work is not None:
+        exact_planner.AUTO_WORK = args.auto_work
+    if args.exact_work is not None:
+        exact_planner.EXACT_WORK = args.exact_work
+    machine = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "autoWork": exact_planner.AUTO_WORK,
+        "exactWork": exact_planner.EXACT_WORK,
+    }
     print(json.dumps(machine), flush=True)
     rows: list[dict[str, Any]] = []
     for pod_list in args.lists.split(","):

@@ -119,6 +119,8 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     if len(model.cols) > EXACT_MAX_COLUMNS:
         return outcome(0, False, f"{len(model.cols)} pod-GPU pairs, over the exact planner's {EXACT_MAX_COLUMNS}")
     cut = _bins_cut(engine, options, model, work)
+    if work.left == 0:
+        return outcome(0, False, _gave_up(work, options, floor))
     h = model.build(cut)
     n_g = len(model.counted)
     h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
@@ -138,10 +140,12 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     return _OrderSearch(h, model, started, work).run(floor, best, proven)
 
 
-def _gave_up(work: WorkLimit, options: PlanOptions, floor: int) -> str:
-    """The note for a solve that spent its work without a plan better than the greedy one."""
-    hint = " (--solver exact works longer)" if options.solver != "exact" else ""
-    return f"stopped at its work limit ({work}) with nothing freeing more than the greedy plan's {floor}{hint}"
+def _gave_up(work: WorkLimit, options: PlanOptions, floor: int, best: int = 0) -> str:
+    """The note for a solve that spent its work without a plan better than the greedy one
+    (`best`: what the best assignment found frees, which had no valid order)."""
+    found = f"an assignment freeing {best} but no valid order for it" if best > floor else "nothing better"
+    hint = "; --solver exact works longer" if options.solver != "exact" else ""
+    return f"stopped at its work limit ({work}) with {found}; the greedy plan frees {floor}{hint}"
 
 
 def _found_note(work: WorkLimit, floor: int, gain: int, best: int, proven: bool) -> str:
@@ -201,7 +205,7 @@ class _OrderSearch:
             if self.retries > MAX_RETRIES:
                 break
         if self.work.hit:
-            return self._outcome(None, best, proven, _gave_up(self.work, self.model.options, floor))
+            return self._outcome(None, best, proven, _gave_up(self.work, self.model.options, floor, best))
         why = f"the solver's assignments freeing more than {floor} had no valid order"
         return self._outcome(None, best, proven, why)
 

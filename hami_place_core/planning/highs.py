@@ -80,6 +80,6 @@ class WorkLimit:
 
     def __str__(self) -> str:
         return (
-            f"{self.checks:,} of {self.limit:,} solver steps; {self.nodes:,} branch-and-bound nodes, "
-            f"{self.lp_iterations:,} LP iterations in {len(self.runs)} solves"
+            f"{self.checks:,} solver steps of {self.limit:,}: {len(self.runs)} solves, {self.nodes:,} "
+            f"branch-and-bound nodes, {self.lp_iterations:,} LP iterations"
         )
