@@ -6,8 +6,14 @@ subsets of the openb trace that leaves about one GPU in six that a plan of direc
 can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
 once, each evacuation making the CPU or memory room another one needs. A solver sees those.
 
-Three steps, deterministic (HiGHS runs single-threaded with work limits, not time limits; a
-60 s safety net keeps the greedy plan past that):
+Three steps, deterministic: HiGHS runs single-threaded with a fixed seed, and every solve of one
+plan (the bins cut, the first solve, the order search's re-solves) spends from one budget of
+solver work (:class:`~hami_place_core.planning.highs.WorkLimit`: HiGHS's own limit checks,
+counted by a callback), besides 1,000 branch-and-bound nodes per solve. No clock decides
+anything, so the same state and options give the same plan on any machine; ``seconds`` is only
+reported. ``--solver auto`` has AUTO_WORK, ``exact`` the larger EXACT_WORK. Where the budget runs
+out, the best assignment found so far is still used if it frees more than the greedy plan and
+has an order, and the note says it is not proven optimal:
 
 1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
    each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
@@ -45,9 +51,9 @@ from hami_place_core.planning.ordering import fits_now, moves_of, sequence, star
 
 # Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
 # EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
-# 1,300-7,200 pairs and take up to 27 s; samples of 32 nodes (~6,000) took 0.1-60 s (the
-# safety net), of 64 (~60,000) 60 s; the 1,213-node example has 21.5 million. Pairs are
-# counted before any model is built; columns (pairs HAMi's Fit and node room allow) after.
+# 1,300-7,200 pairs; the 1,213-node example has 21.5 million. Pairs are counted before any
+# model is built; columns (pairs HAMi's Fit and node room allow) after. With the work budgets
+# below, the time the exact stage takes is bounded by its budget more than by the pairs.
 EXACT_MAX_PAIRS = 250_000
 EXACT_AUTO_PAIRS = 8_000
 EXACT_MAX_COLUMNS = 40_000
