@@ -61,8 +61,8 @@ EXACT_MAX_COLUMNS = 40_000
 # shared by every solve of one plan: a work limit, never a time limit, so that the plan does not
 # depend on the machine's speed. `auto` gets less than `exact`, to keep `plan` fast on any cluster
 # it runs on (calibrated with bench/exact_bench.py; docs/planner.md, "Exact planner").
-AUTO_WORK = 2_000
-EXACT_WORK = 40_000
+AUTO_WORK = 40
+EXACT_WORK = 1_500
 # Of that, the most the bins cut's solve may spend: without the cut HiGHS still solves, slower.
 CUT_WORK = 500
 # Assignments without a valid order cut off before giving up (each costs a re-solve).
@@ -149,9 +149,9 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
 def _gave_up(work: WorkLimit, options: PlanOptions, floor: int, best: int = 0) -> str:
     """The note for a solve that spent its work without a plan better than the greedy one
     (`best`: what the best assignment found frees, which had no valid order)."""
-    found = f"an assignment freeing {best} but no valid order for it" if best > floor else "nothing better"
+    found = f"before finding a valid order for an assignment freeing {best}" if best > floor else "with nothing better"
     hint = "; --solver exact works longer" if options.solver != "exact" else ""
-    return f"stopped at its work limit ({work}) with {found}; the greedy plan frees {floor}{hint}"
+    return f"stopped at its work limit ({work}) {found}; the greedy plan frees {floor}{hint}"
 
 
 def _found_note(work: WorkLimit, floor: int, gain: int, best: int, proven: bool) -> str:
