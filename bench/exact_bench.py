@@ -158,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--big-subsets", type=int, default=2, help="subsets of --big-nodes nodes per list")
     ap.add_argument("--big-nodes", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", help="comma-separated draw numbers to run (the others are drawn, not run)")
     ap.add_argument("--solvers", default="auto,exact", help="comma-separated: auto, exact")
     ap.add_argument("--auto-work", type=int, help="override AUTO_WORK (solver steps), for calibration")
     ap.add_argument("--exact-work", type=int, help="override EXACT_WORK (solver steps), for calibration")
@@ -187,8 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         rng = random.Random(args.seed)
         draws = [(args.nodes, i) for i in range(args.subsets)]
         draws += [(args.big_nodes, i) for i in range(args.big_subsets)]
-        for nodes, i in draws:
+        only = {int(i) for i in args.only.split(",")} if args.only else None
+        for k, (nodes, i) in enumerate(draws):
             sub = restrict(state, rng.sample(names, nodes))
+            if only is not None and k not in only:
+                continue
             for row in bench_subset(f"{pod_list}/{nodes}/{i}", sub, solvers):
                 rows.append({**row, "nodes": nodes})
     machine["loadAfter"] = os.getloadavg()

@@ -61,8 +61,8 @@ EXACT_MAX_COLUMNS = 40_000
 # shared by every solve of one plan: a work limit, never a time limit, so that the plan does not
 # depend on the machine's speed. `auto` gets less than `exact`, to keep `plan` fast on any cluster
 # it runs on (calibrated with bench/exact_bench.py; docs/planner.md, "Exact planner").
-AUTO_WORK = 40
-EXACT_WORK = 1_500
+AUTO_WORK = 50
+EXACT_WORK = 6_000
 # Of that, the most the bins cut's solve may spend: without the cut HiGHS still solves, slower.
 CUT_WORK = 500
 # Assignments without a valid order cut off before giving up (each costs a re-solve).

@@ -50,7 +50,7 @@ def test_exact_frees_the_gpu_the_greedy_planner_misses() -> None:
     auto = plan(state)
     assert (auto.solver, auto.moves) == ("greedy", greedy.moves)
     assert re.fullmatch(
-        r"exact planner: stopped at its work limit \(40 solver steps of 40: 3 solves, [\d,]+ branch-and-bound "
+        r"exact planner: stopped at its work limit \(50 solver steps of 50: 3 solves, [\d,]+ branch-and-bound "
         r"nodes, [\d,]+ LP iterations\) before finding a valid order for an assignment freeing 4; the greedy "
         r"plan frees 3; --solver exact works longer",
         auto.solver_note,
