@@ -57,10 +57,12 @@ from hami_place_core.planning.ordering import fits_now, moves_of, sequence, star
 EXACT_MAX_PAIRS = 250_000
 EXACT_AUTO_PAIRS = 8_000
 EXACT_MAX_COLUMNS = 40_000
-# Solver work per plan (HiGHS's limit checks, :class:`~hami_place_core.planning.highs.WorkLimit`),
+# Solver steps per plan (HiGHS's limit checks, :class:`~hami_place_core.planning.highs.WorkLimit`),
 # shared by every solve of one plan: a work limit, never a time limit, so that the plan does not
-# depend on the machine's speed. `auto` gets less than `exact`, to keep `plan` fast on any cluster
-# it runs on (calibrated with bench/exact_bench.py; docs/planner.md, "Exact planner").
+# depend on the machine's speed. A step costs 5-105 ms of CPU on the openb 16-node subsets. With
+# 50, `auto` took at most 3.6 s on 60 of them (three lists) and found 4 of the exact planner's
+# plans; 40 found 1 and saved 0.1 s at worst. `exact` frees with 6,000 what the planner did with
+# a 60 s net, in up to 37 s (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
 AUTO_WORK = 50
 EXACT_WORK = 6_000
 # Of that, the most the bins cut's solve may spend: without the cut HiGHS still solves, slower.
