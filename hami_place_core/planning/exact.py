@@ -65,6 +65,9 @@ EXACT_MAX_COLUMNS = 40_000
 # a 60 s net, in up to 37 s (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
 AUTO_WORK = 50
 EXACT_WORK = 6_000
+# A step's LP is about as large as the model, so a model with fewer columns than this gets
+# proportionally more steps (a 3-node state of 204 columns needs 137, in well under a second).
+SMALL_MODEL_COLUMNS = 1_000
 # Of that, the most the bins cut's solve may spend: without the cut HiGHS still solves, slower.
 CUT_WORK = 500
 # Assignments without a valid order cut off before giving up (each costs a re-solve).
@@ -97,9 +100,11 @@ def available() -> bool:
     return True
 
 
-def work_budget(options: PlanOptions) -> int:
-    """Solver work for one plan: `auto` less than `exact` (see AUTO_WORK)."""
-    return EXACT_WORK if options.solver == "exact" else AUTO_WORK
+def work_budget(options: PlanOptions, columns: int) -> int:
+    """Solver steps for one plan over a model of `columns` pod-GPU columns: `auto` less than
+    `exact` (see AUTO_WORK), more for models under SMALL_MODEL_COLUMNS."""
+    steps = EXACT_WORK if options.solver == "exact" else AUTO_WORK
+    return max(steps, steps * SMALL_MODEL_COLUMNS // max(columns, 1))
 
 
 def _has_solution(h: Any) -> bool:
@@ -116,12 +121,12 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     import numpy as np
 
     started = time.perf_counter()
-    work = WorkLimit(work_budget(options))
+    model = ExactModel(engine, options)
+    work = WorkLimit(work_budget(options, len(model.cols)))
 
     def outcome(gain: int, proven: bool, why: str) -> ExactOutcome:
         return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
 
-    model = ExactModel(engine, options)
     if not model.movers:
         return outcome(0, True, "no pod can move")
     if len(model.cols) > EXACT_MAX_COLUMNS:
@@ -424,6 +429,7 @@ __all__ = [
     "EXACT_MAX_COLUMNS",
     "EXACT_MAX_PAIRS",
     "EXACT_WORK",
+    "SMALL_MODEL_COLUMNS",
     "ExactOutcome",
     "available",
     "solve",

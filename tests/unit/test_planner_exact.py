@@ -203,6 +203,12 @@ def test_no_highs_solve_of_the_exact_planner_has_a_time_limit(monkeypatch: pytes
 
 def test_auto_has_less_work_than_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < planner_exact.AUTO_WORK < planner_exact.EXACT_WORK
+    for columns in (1, 200, 1_000, 2_254, 40_000):
+        auto, exact = (planner_exact.work_budget(PlanOptions(solver=s), columns) for s in ("auto", "exact"))
+        assert planner_exact.AUTO_WORK <= auto < exact
+    # Large models get the plain budgets; smaller ones more steps, each step's LP being smaller.
+    assert planner_exact.work_budget(PlanOptions(), 2_254) == planner_exact.AUTO_WORK
+    assert planner_exact.work_budget(PlanOptions(), 200) == 5 * planner_exact.AUTO_WORK
     seen = outcomes(monkeypatch)
     state = build_state(
         [node("n1", 2)], [pod("a", "n1", (0,), 40, labels={"app": "a"}), pod("b", "n1", (1,), 30, labels={"app": "b"})]
@@ -213,4 +219,5 @@ def test_auto_has_less_work_than_exact(monkeypatch: pytest.MonkeyPatch) -> None:
         work = seen[-1].work
         assert work is not None
         limits.append(work.limit)
-    assert limits == [planner_exact.AUTO_WORK, planner_exact.EXACT_WORK]
+    assert limits[0] < limits[1]
+    assert limits == [planner_exact.work_budget(PlanOptions(solver=s), 4) for s in ("auto", "exact")]  # 4 columns
