@@ -60,9 +60,10 @@ EXACT_MAX_COLUMNS = 40_000
 # Solver steps per plan (HiGHS's limit checks, :class:`~hami_place_core.planning.highs.WorkLimit`),
 # shared by every solve of one plan: a work limit, never a time limit, so that the plan does not
 # depend on the machine's speed. A step costs 5-105 ms of CPU on the openb 16-node subsets. With
-# 50, `auto` took at most 3.6 s on 60 of them (three lists) and found 4 of the exact planner's
-# plans; 40 found 1 and saved 0.1 s at worst. `exact` frees with 6,000 what the planner did with
-# a 60 s net, in up to 37 s (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
+# 50, `auto` took at most 3.4 s of CPU on 60 of them (three lists) and found 4 of the exact
+# planner's plans; 40 found 1 and saved about 0.1 s at worst. `exact`, with 6,000, frees on
+# gpushare40's subsets what the planner did with its former 60 s net, in up to 37 s
+# (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
 AUTO_WORK = 50
 EXACT_WORK = 6_000
 # A step's LP is about as large as the model, so a model with fewer columns than this gets
