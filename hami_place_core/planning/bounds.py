@@ -41,7 +41,7 @@ from hami_place_core.planning.constraints import (
     immovable_reason,
     node_schedulable,
 )
-from hami_place_core.planning.highs import new_highs
+from hami_place_core.planning.highs import WorkLimit, new_highs
 from hami_place_core.planning.model import PlanOptions
 from hami_place_core.state import ClusterState
 
@@ -169,10 +169,18 @@ def _patterns(counts: Mapping[int, int], capacity: int, slots: int) -> list[tupl
     return out
 
 
-def pattern_bound(state: ClusterState, options: PlanOptions | None = None, time_limit: float = 60.0) -> Bound | None:
+def pattern_bound(
+    state: ClusterState,
+    options: PlanOptions | None = None,
+    time_limit: float = 60.0,
+    work: WorkLimit | None = None,
+    work_cap: int | None = None,
+) -> Bound | None:
     """The exact fewest bins for the sharing pods (compute and slots only), by cutting stock.
 
     None when bins differ (several devcore/count values), where the pattern model does not apply.
+    With `work`, the solve spends from that budget (at most `work_cap` of it) instead of having
+    `time_limit`: the exact planner's cut, whose result must not depend on the machine's speed.
     """
     import numpy as np
 
@@ -193,11 +201,17 @@ def pattern_bound(state: ClusterState, options: PlanOptions | None = None, time_
     for j, s in enumerate(sizes):
         idx = [i for i, x in enumerate(pats) if x[j]]
         h.addRow(counts[s], inf, len(idx), np.array(idx, dtype=np.int32), np.array([pats[i][j] for i in idx], float))
-    h.setOptionValue("time_limit", float(time_limit))
-    h.run()
+    if work is None:
+        h.setOptionValue("time_limit", float(time_limit))
+        h.run()
+    else:
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", 0)
+        work.run(h, cap=work_cap)
     info = h.getInfo()
     optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    need = round(info.objective_function_value if optimal else info.mip_dual_bound)
+    value = info.objective_function_value if optimal else info.mip_dual_bound
+    need = round(value) if math.isfinite(value) else 0  # stopped before any bound: the trivial one
     need = max(need, p.pinned)
     max_free = p.bins - p.exclusive - need
     return Bound("patterns", need, max_free, max_free - p.whole_free, proven=optimal)

@@ -6,8 +6,14 @@ subsets of the openb trace that leaves about one GPU in six that a plan of direc
 can free (the benchmark's MILP subsets): the missing plans move pods between several nodes at
 once, each evacuation making the CPU or memory room another one needs. A solver sees those.
 
-Three steps, deterministic (HiGHS runs single-threaded with work limits, not time limits; a
-60 s safety net keeps the greedy plan past that):
+Three steps, deterministic: HiGHS runs single-threaded with a fixed seed, and every solve of one
+plan (the bins cut, the first solve, the order search's re-solves) spends from one budget of
+solver work (:class:`~hami_place_core.planning.highs.WorkLimit`: HiGHS's own limit checks,
+counted by a callback), besides 1,000 branch-and-bound nodes per solve. No clock decides
+anything, so the same state and options give the same plan on any machine; ``seconds`` is only
+reported. ``--solver auto`` has AUTO_WORK, ``exact`` the larger EXACT_WORK. Where the budget runs
+out, the best assignment found so far is still used if it frees more than the greedy plan and
+has an order, and the note says it is not proven optimal:
 
 1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
    each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
@@ -30,7 +36,6 @@ for it (``EXACT_MAX_PAIRS``, ``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,20 +45,32 @@ from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.planning.bounds import pattern_bound, pool
 from hami_place_core.planning.engine import Engine
 from hami_place_core.planning.exact_model import ExactModel
+from hami_place_core.planning.highs import WorkLimit
 from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.ordering import fits_now, moves_of, sequence, start, step
 
 # Above this many (movable pod, GPU) pairs `--solver exact` refuses the state, and above
 # EXACT_AUTO_PAIRS `auto` leaves it to the greedy planner. The openb 16-node subsets have
-# 1,300-7,200 pairs and take up to 27 s; samples of 32 nodes (~6,000) took 0.1-60 s (the
-# safety net), of 64 (~60,000) 60 s; the 1,213-node example has 21.5 million. Pairs are
-# counted before any model is built; columns (pairs HAMi's Fit and node room allow) after.
+# 1,300-7,200 pairs; the 1,213-node example has 21.5 million. Pairs are counted before any
+# model is built; columns (pairs HAMi's Fit and node room allow) after. With the work budgets
+# below, the time the exact stage takes is bounded by its budget more than by the pairs.
 EXACT_MAX_PAIRS = 250_000
 EXACT_AUTO_PAIRS = 8_000
 EXACT_MAX_COLUMNS = 40_000
-# A safety net, not a budget: past this many seconds the greedy plan stays (the one way the
-# result can depend on the machine's speed). The openb 16-node subsets take at most 23 s.
-WALL_SECONDS = 60.0
+# Solver steps per plan (HiGHS's limit checks, :class:`~hami_place_core.planning.highs.WorkLimit`),
+# shared by every solve of one plan: a work limit, never a time limit, so that the plan does not
+# depend on the machine's speed. A step costs 5-105 ms of CPU on the openb 16-node subsets. With
+# 50, `auto` took at most 3.4 s of CPU on 60 of them (three lists) and found 4 of the exact
+# planner's plans; 40 found 1 and saved about 0.1 s at worst. `exact`, with 6,000, frees on
+# gpushare40's subsets what the planner did with its former 60 s net, in up to 37 s
+# (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
+AUTO_WORK = 50
+EXACT_WORK = 6_000
+# A step's LP is about as large as the model, so a model with fewer columns than this gets
+# proportionally more steps (a 3-node state of 204 columns needs 137, in well under a second).
+SMALL_MODEL_COLUMNS = 1_000
+# Of that, the most the bins cut's solve may spend: without the cut HiGHS still solves, slower.
+CUT_WORK = 500
 # Assignments without a valid order cut off before giving up (each costs a re-solve).
 MAX_RETRIES = 6
 # The cost of a move that need not wait for another (one that must costs 1), in the search for an
@@ -70,8 +87,9 @@ class ExactOutcome:
     gain: int  # GPUs the solver's assignment frees (0 when not solved)
     proven: bool  # the first step proved that no assignment frees more
     retries: int  # assignments cut off for want of a valid order
-    seconds: float
+    seconds: float  # reported only: nothing in the planner depends on a clock
     why: str  # why the result is what it is, for the plan's header
+    work: WorkLimit | None = None  # the solver work spent, and whether the budget ran out
 
 
 def available() -> bool:
@@ -81,6 +99,13 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def work_budget(options: PlanOptions, columns: int) -> int:
+    """Solver steps for one plan over a model of `columns` pod-GPU columns: `auto` less than
+    `exact` (see AUTO_WORK), more for models under SMALL_MODEL_COLUMNS."""
+    steps = EXACT_WORK if options.solver == "exact" else AUTO_WORK
+    return max(steps, steps * SMALL_MODEL_COLUMNS // max(columns, 1))
 
 
 def _has_solution(h: Any) -> bool:
@@ -98,31 +123,56 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
 
     started = time.perf_counter()
     model = ExactModel(engine, options)
+    work = WorkLimit(work_budget(options, len(model.cols)))
+
+    def outcome(gain: int, proven: bool, why: str) -> ExactOutcome:
+        return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
+
     if not model.movers:
-        return ExactOutcome(None, 0, True, 0, time.perf_counter() - started, "no pod can move")
+        return outcome(0, True, "no pod can move")
     if len(model.cols) > EXACT_MAX_COLUMNS:
-        return ExactOutcome(
-            None, 0, False, 0, time.perf_counter() - started,
-            f"{len(model.cols)} pod-GPU pairs, over the exact planner's {EXACT_MAX_COLUMNS}",
-        )  # fmt: skip
-    cut = _bins_cut(engine, options, model)
+        return outcome(0, False, f"{len(model.cols)} pod-GPU pairs, over the exact planner's {EXACT_MAX_COLUMNS}")
+    cut = _bins_cut(engine, options, model, work)
+    if work.left == 0:
+        return outcome(0, False, _gave_up(work, options, floor))
     h = model.build(cut)
     n_g = len(model.counted)
     h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
     _seed(h, model, seed)
-    h.setOptionValue("time_limit", WALL_SECONDS)
-    h.run()
-    if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
-        return _timed_out(started)
+    work.run(h)
     if not _has_solution(h):
-        return ExactOutcome(None, 0, False, 0, time.perf_counter() - started, "the solver found no assignment")
+        return outcome(0, False, _gave_up(work, options, floor) if work.hit else "the solver found no assignment")
     proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
     used = round(h.getInfo().objective_function_value)
     best = len(model.counted) - used - model.free_now
     if best <= floor:
-        why = "no assignment frees more" if proven else "the solver found none that frees more within its node limit"
-        return ExactOutcome(None, best, proven, 0, time.perf_counter() - started, why)
-    return _OrderSearch(h, model, started).run(floor, best, proven)
+        if proven:
+            return outcome(best, True, "no assignment frees more")
+        if work.hit:
+            return outcome(best, False, _gave_up(work, options, floor))
+        return outcome(best, False, "the solver found none that frees more within its node limit")
+    return _OrderSearch(h, model, started, work).run(floor, best, proven)
+
+
+def _gave_up(work: WorkLimit, options: PlanOptions, floor: int, best: int = 0) -> str:
+    """The note for a solve that spent its work without a plan better than the greedy one
+    (`best`: what the best assignment found frees, which had no valid order)."""
+    found = f"before finding a valid order for an assignment freeing {best}" if best > floor else "with nothing better"
+    hint = "; --solver exact works longer" if options.solver != "exact" else ""
+    return f"stopped at its work limit ({work}) {found}; the greedy plan frees {floor}{hint}"
+
+
+def _found_note(work: WorkLimit, floor: int, gain: int, best: int, proven: bool) -> str:
+    """The note for a plan freeing `gain` (`best`: the most any assignment the solver found frees)."""
+    if proven and gain == best:
+        return f"a MILP frees {gain} (greedy {floor})"
+    if work.hit:
+        note = f"stopped at its work limit ({work}); best assignment found frees {gain} (greedy {floor})"
+        if gain < best:
+            note += f"; {best} with no valid order found"
+        return note + ("" if proven else ", not proven optimal")
+    note = f"a MILP frees {gain} (greedy {floor}"
+    return note + (")" if gain == best else f"; {best} with no valid order found)")
 
 
 class _OrderSearch:
@@ -130,13 +180,15 @@ class _OrderSearch:
     per freed GPU, then one GPU less if none has an order, down to one more than the floor. Not
     the fewest moves: those assignments are the ones that swap pods between full nodes, which no
     order can make (on the openb subsets most had none); the moves an ordered plan did not need
-    are dropped afterwards (_prune)."""
+    are dropped afterwards (_prune). Every re-solve spends from the plan's `work`; when it runs
+    out, the first step's assignment (the best found) is tried as it is, unless already tried."""
 
-    def __init__(self, h: Any, model: ExactModel, started: float) -> None:
+    def __init__(self, h: Any, model: ExactModel, started: float, work: WorkLimit) -> None:
         import numpy as np
 
-        self.h, self.model, self.started = h, model, started
+        self.h, self.model, self.started, self.work = h, model, started, work
         self.first = model.assignment(h)
+        self.tried: set[frozenset[tuple[int, int]]] = set()
         self.retries = 0
         n_g = len(model.counted)
         self.idx_away = np.array([model.x0 + j for j in model.away], dtype=np.int32)
@@ -155,20 +207,25 @@ class _OrderSearch:
             row_gain = self._ask_gain(gain)
             if gain == best:
                 _seed_assignment(self.h, self.model, self.first)
-            outcome = self._ordered_at(gain)
-            if outcome is not None:
-                if outcome.moves is None:
-                    return outcome  # out of time
-                note = f"a MILP frees {gain} (greedy {floor}"
-                note += ")" if gain == best else f"; {best} with no valid order found)"
-                return dataclasses.replace(outcome, proven=proven, why=note)
+            moves = self._ordered_at(gain)
+            if moves is None and self.work.left == 0:
+                gain, moves = best, self._as_found(best)
+            if moves is not None:
+                note = _found_note(self.work, floor, gain, best, proven)
+                return self._outcome(moves, gain, proven, note)
+            if self.work.left == 0:
+                break
             self.h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
             if self.retries > MAX_RETRIES:
                 break
-        return ExactOutcome(
-            None, best, proven, self.retries, time.perf_counter() - self.started,
-            f"the solver's assignments freeing more than {floor} had no valid order",
-        )  # fmt: skip
+        if self.work.hit:
+            return self._outcome(None, best, proven, _gave_up(self.work, self.model.options, floor, best))
+        why = f"the solver's assignments freeing more than {floor} had no valid order"
+        return self._outcome(None, best, proven, why)
+
+    def _outcome(self, moves: list[Move] | None, gain: int, proven: bool, why: str) -> ExactOutcome:
+        seconds = time.perf_counter() - self.started
+        return ExactOutcome(moves, gain, proven, self.retries, seconds, why, self.work)
 
     def _ask_gain(self, gain: int) -> int:
         """Rows: `gain` GPUs freed, and moves <= k * (GPUs freed); the first row's index."""
@@ -186,33 +243,41 @@ class _OrderSearch:
         h.addRow(-h.getInfinity(), k * (n_g - model.free_now), len(idx), idx, coef)
         return row_gain
 
-    def _ordered_at(self, gain: int) -> ExactOutcome | None:
-        """Solve, and while the solution has no order cut it off and solve again: the pruned plan
-        (proven and why left for run() to fill in), a timed-out outcome (no moves), or None when
-        the solver finds nothing more or the retries are spent."""
-        import highspy
-
-        h, engine = self.h, self.model.engine
-        while self.retries <= MAX_RETRIES:
-            left = WALL_SECONDS - (time.perf_counter() - self.started)
-            if left <= 0:
-                return _timed_out(self.started)
-            h.setOptionValue("time_limit", left)
-            h.run()
-            if h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit:
-                return _timed_out(self.started)
+    def _ordered_at(self, gain: int) -> list[Move] | None:
+        """Solve, and while the solution has no order cut it off and solve again: the pruned plan,
+        or None when the solver finds nothing more, the retries are spent or the work is."""
+        h = self.h
+        while self.retries <= MAX_RETRIES and self.work.left > 0:
+            self.work.run(h)
             if not _has_solution(h):
                 break
             chosen = self.model.assignment(h)
-            moves = _ordered(engine, chosen)
+            moves = self._try(chosen)
             if moves is not None:
-                moves = _prune(engine, self.model, moves)
-                return ExactOutcome(moves, gain, False, self.retries, time.perf_counter() - self.started, "")
+                return moves
             self.retries += 1
             if self.retries == LEAN_TRIES:
                 h.changeColsCost(len(self.idx_away), self.idx_away, self.waits)
             _no_good(h, self.model, chosen)
         return None
+
+    def _try(self, chosen: dict[int, int]) -> list[Move] | None:
+        """`chosen`'s moves ordered and pruned, or None if they have no order."""
+        self.tried.add(frozenset(chosen.items()))
+        engine = self.model.engine
+        moves = _ordered(engine, chosen)
+        return None if moves is None else _prune(engine, self.model, moves)
+
+    def _as_found(self, gain: int) -> list[Move] | None:
+        """With the work spent: the first step's assignment (freeing `gain`) as it is, ordered and
+        pruned, if it was not tried yet and keeps to max_moves_per_gpu once pruned."""
+        if frozenset(self.first.items()) in self.tried:
+            return None
+        moves = self._try(self.first)
+        if moves is not None and len(moves) > self.model.options.max_moves_per_gpu * gain:
+            self.model.engine.restore(list(self.model.engine.p_origin), [0] * len(self.model.engine.p_alloc))
+            return None
+        return moves
 
 
 def _waits(engine: Engine, p: int, g: int) -> bool:
@@ -224,13 +289,6 @@ def _waits(engine: Engine, p: int, g: int) -> bool:
     if src != dst and dst in e.n_free and not e.n_free[dst].covers(e.p_res[p]):
         return True
     return gpu_fit_reason(req, e.g_dev[g], e.g_use[g], e.p_alloc[p].request.selectors, e.g_cordoned[g]) is not None
-
-
-def _timed_out(started: float) -> ExactOutcome:
-    return ExactOutcome(
-        None, 0, False, 0, time.perf_counter() - started,
-        f"stopped after {WALL_SECONDS:g} s without a better plan (--solver greedy skips it)",
-    )  # fmt: skip
 
 
 def _freed(engine: Engine, model: ExactModel) -> int:
@@ -257,12 +315,13 @@ def _prune(engine: Engine, model: ExactModel, moves: list[Move]) -> list[Move]:
     return moves
 
 
-def _bins_cut(engine: Engine, options: PlanOptions, model: ExactModel) -> int | None:
-    """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second."""
+def _bins_cut(engine: Engine, options: PlanOptions, model: ExactModel, work: WorkLimit) -> int | None:
+    """Fewest GPUs in use, by the pattern model: a valid cut that lets HiGHS prove in a second.
+    Its solve spends at most CUT_WORK of the plan's work."""
     p = pool(engine.state, options)
     if p.bins != len(model.counted):
         return None
-    bound = pattern_bound(engine.state, options, time_limit=10.0)
+    bound = pattern_bound(engine.state, options, work=work, work_cap=CUT_WORK)
     if bound is None or not bound.proven:
         return None
     return p.bins - bound.max_free
@@ -365,4 +424,15 @@ def _search_order(engine: Engine, pending: list[int]) -> list[int] | None:
     return list(order) if search(0) else None
 
 
-__all__ = ["EXACT_AUTO_PAIRS", "EXACT_MAX_COLUMNS", "EXACT_MAX_PAIRS", "ExactOutcome", "available", "solve"]
+__all__ = [
+    "AUTO_WORK",
+    "EXACT_AUTO_PAIRS",
+    "EXACT_MAX_COLUMNS",
+    "EXACT_MAX_PAIRS",
+    "EXACT_WORK",
+    "SMALL_MODEL_COLUMNS",
+    "ExactOutcome",
+    "available",
+    "solve",
+    "work_budget",
+]

@@ -7,8 +7,11 @@ proven optimum). HiGHS is a dev dependency, so these tests run wherever the suit
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -42,9 +45,16 @@ def test_exact_frees_the_gpu_the_greedy_planner_misses() -> None:
     assert len({m.pod for m in exact.moves}) == len(exact.moves)
     frees = [f for m in exact.moves for f in m.frees]
     assert len(frees) - sum(len(m.takes) for m in exact.moves) == 4
-    # auto is exact here (HiGHS installed, 16 nodes), and deterministic.
+    # auto runs the exact planner here too (HiGHS installed, 16 nodes), with its smaller budget,
+    # which runs out before the order search finds an order: the greedy plan, and the note says why.
     auto = plan(state)
-    assert auto.solver == "exact" and auto.moves == exact.moves
+    assert (auto.solver, auto.moves) == ("greedy", greedy.moves)
+    assert re.fullmatch(
+        r"exact planner: stopped at its work limit \(50 solver steps of 50: 3 solves, [\d,]+ branch-and-bound "
+        r"nodes, [\d,]+ LP iterations\) before finding a valid order for an assignment freeing 4; the greedy "
+        r"plan frees 3; --solver exact works longer",
+        auto.solver_note,
+    ), auto.solver_note
 
 
 def test_exact_keeps_to_the_move_limits() -> None:
@@ -99,8 +109,115 @@ def test_the_fragmentation_objective_never_runs_the_milp() -> None:
     assert (p.solver, p.solver_note) == ("greedy", "")
 
 
-def test_a_solver_past_its_wall_limit_leaves_the_greedy_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner_exact, "WALL_SECONDS", 1e-9)
+def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[planner_exact.ExactOutcome]:
+    """The exact stage's outcomes (with the work each spent) of the plans made from here on."""
+    seen: list[planner_exact.ExactOutcome] = []
+    solve = planner_exact.solve
+
+    def spy(*args: Any, **kwargs: Any) -> planner_exact.ExactOutcome:
+        seen.append(solve(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(planner_exact, "solve", spy)
+    return seen
+
+
+def test_the_plan_does_not_depend_on_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A budget that binds: the order search's second solve stops at it, with its start (the first
+    # solve's assignment) as the incumbent, which has an order.
+    monkeypatch.setattr(planner_exact, "EXACT_WORK", 60)
+    seen = outcomes(monkeypatch)
+    state = subset()
+    normal = plan(state, PlanOptions(solver="exact"))
+    work = seen[-1].work
+    assert work is not None and work.hit and work.checks >= 60
+    assert (normal.solver, normal.gpus_freed) == ("exact", 4)
+    # A very slow machine: every clock read is three hours after the one before.
+    for name in ("perf_counter", "monotonic", "time", "process_time"):
+        now = [getattr(time, name)()]
+
+        def clock(now: list[float] = now) -> float:
+            now[0] += 3 * 3600
+            return now[0]
+
+        monkeypatch.setattr(time, name, clock)
+    slow = plan(state, PlanOptions(solver="exact"))
+    assert slow.seconds > 3600  # the clock did jump, and only the report shows it
+    assert (slow.moves, slow.solver, slow.solver_note) == (normal.moves, normal.solver, normal.solver_note)
+
+
+def test_the_best_assignment_found_is_kept_when_the_work_runs_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = subset()
+    best = plan(state, PlanOptions(solver="exact"))
+    assert best.gpus_freed == 4
+    # The first solve starts from the best plan's places (as it starts from the greedy plan's), and
+    # without the bins cut cannot prove it optimal within 30 steps: its incumbent frees 4, one
+    # more than the greedy plan, and is kept, ordered, although nothing is proven.
+    solve = planner_exact.solve
+    monkeypatch.setattr(planner_exact, "_bins_cut", lambda *args: None)
+    monkeypatch.setattr(planner_exact, "solve", lambda e, o, floor, seed=(): solve(e, o, floor, best.moves))
+    monkeypatch.setattr(planner_exact, "EXACT_WORK", 30)
+    p = plan(state, PlanOptions(solver="exact"))
+    assert (p.solver, p.gpus_freed, p.moves) == ("exact", 4, best.moves)
+    assert re.fullmatch(
+        r"exact planner: stopped at its work limit \(30 solver steps of 30: 1 solves, 0 branch-and-bound nodes, "
+        r"[\d,]+ LP iterations\); best assignment found frees 4 \(greedy 3\), not proven optimal",
+        p.solver_note,
+    ), p.solver_note
+    replay(state, p.moves)
+
+
+def test_a_spent_budget_leaves_the_greedy_plan_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planner_exact, "AUTO_WORK", 10)
     p = plan(subset())
     assert (p.solver, p.gpus_freed) == ("greedy", 3)
-    assert p.solver_note == "exact planner: stopped after 1e-09 s without a better plan (--solver greedy skips it)"
+    assert re.fullmatch(
+        r"exact planner: stopped at its work limit \(10 solver steps of 10: 2 solves, [\d,]+ branch-and-bound "
+        r"nodes?, [\d,]+ LP iterations\) with nothing better; the greedy plan frees 3; --solver exact works longer",
+        p.solver_note,
+    ), p.solver_note
+
+
+def test_no_highs_solve_of_the_exact_planner_has_a_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import highspy
+
+    set_option, run = highspy.Highs.setOptionValue, highspy.Highs.run
+    options: list[str] = []
+    runs: list[float] = []
+
+    def spy_option(self: Any, name: str, value: Any) -> Any:
+        options.append(name)
+        return set_option(self, name, value)
+
+    def spy_run(self: Any) -> Any:
+        runs.append(self.getOptionValue("time_limit")[1])
+        return run(self)
+
+    monkeypatch.setattr(highspy.Highs, "setOptionValue", spy_option)
+    monkeypatch.setattr(highspy.Highs, "run", spy_run)
+    p = plan(subset(), PlanOptions(solver="exact"))
+    assert p.solver == "exact"
+    assert len(runs) >= 3 and "mip_max_nodes" in options  # the bins cut, the first solve, the order search
+    assert "time_limit" not in options and set(runs) == {math.inf}
+
+
+def test_auto_has_less_work_than_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert 0 < planner_exact.AUTO_WORK < planner_exact.EXACT_WORK
+    for columns in (1, 200, 1_000, 2_254, 40_000):
+        auto, exact = (planner_exact.work_budget(PlanOptions(solver=s), columns) for s in ("auto", "exact"))
+        assert planner_exact.AUTO_WORK <= auto < exact
+    # Large models get the plain budgets; smaller ones more steps, each step's LP being smaller.
+    assert planner_exact.work_budget(PlanOptions(), 2_254) == planner_exact.AUTO_WORK
+    assert planner_exact.work_budget(PlanOptions(), 200) == 5 * planner_exact.AUTO_WORK
+    seen = outcomes(monkeypatch)
+    state = build_state(
+        [node("n1", 2)], [pod("a", "n1", (0,), 40, labels={"app": "a"}), pod("b", "n1", (1,), 30, labels={"app": "b"})]
+    )
+    limits = []
+    for solver in ("auto", "exact"):
+        plan(state, PlanOptions(solver=solver))
+        work = seen[-1].work
+        assert work is not None
+        limits.append(work.limit)
+    assert limits[0] < limits[1]
+    assert limits == [planner_exact.work_budget(PlanOptions(solver=s), 4) for s in ("auto", "exact")]  # 4 columns
