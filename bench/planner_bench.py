@@ -97,7 +97,6 @@ TYPED_GAIN = 1.25  # the target on type-constrained (gpuspec) lists: this many t
 # The reference loop's reading (ms) the 2 s limit is taken at: the middle of the 15.5-17.2 ms it
 # read during the recorded gpushare40 run of docs/planner.md, where the planner took 0.66-0.99 s.
 REF_NOMINAL_MS = 16.5
-TYPE_BOUND_SECONDS = 60.0
 CACHE_DIR = Path("/tmp/hami-place-bench")  # noqa: S108 (scratch copies of public replays)
 
 
@@ -937,10 +936,10 @@ def type_constrained(pod_list: str) -> bool:
 
 
 def type_bound(state: ClusterState) -> tuple[int | None, bool]:
-    """The upper bound the all-lists table measures the planner against, and whether it is proven.
-    The one place that names it: node_room_bound is being made type-aware (issue 22, branch
-    p22-bound); switch the call here when that lands."""
-    b = node_room_bound(state, PlanOptions(), time_limit=TYPE_BOUND_SECONDS)
+    """The upper bound the all-lists table measures the planner against, and whether it is proven:
+    the type-aware node-room bound (docs/planner.md, Bounds), run to a gap of 0 within its work
+    limit; its wall-clock cap is a safety only (the result then says not proven)."""
+    b = node_room_bound(state, PlanOptions())
     return b.gain, b.proven
 
 
