@@ -80,6 +80,10 @@ class WorkLimit:
 
     def __str__(self) -> str:
         return (
-            f"{self.checks:,} solver steps of {self.limit:,}: {len(self.runs)} solves, {self.nodes:,} "
-            f"branch-and-bound nodes, {self.lp_iterations:,} LP iterations"
+            f"{self.checks:,} solver steps of {self.limit:,}: {_count(len(self.runs), 'solve')}, "
+            f"{_count(self.nodes, 'branch-and-bound node')}, {_count(self.lp_iterations, 'LP iteration')}"
         )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
