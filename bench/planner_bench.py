@@ -1176,13 +1176,18 @@ def print_all_lists(report: Mapping[str, Any]) -> None:
 def merge_reports(paths: Sequence[Path], out: Path | None) -> int:
     """One table from --all-lists runs split by --lists (run side by side on a shared machine)."""
     reports = [json.loads(p.read_text()) for p in paths]
+    rows: dict[tuple[str, float, int], dict[str, Any]] = {}
+    for r in reports:  # a run stopped part-way has no cpuSeconds; a state run twice counts once
+        for row in r["rows"]:
+            rows.setdefault((row["list"], row["cut"], row["seed"]), row)
     merged = {
         "parts": [{k: v for k, v in r.items() if k not in ("rows", "subsets")} for r in reports],
-        "rows": [row for r in reports for row in r["rows"]],
+        "rows": list(rows.values()),
         "subsets": {k: v for r in reports for k, v in r["subsets"].items()},
     }
     print_all_lists(merged)
-    print(f"\nCPU {sum(r['cpuSeconds'] for r in reports):.1f} s in {len(reports)} runs")
+    done = [r["cpuSeconds"] for r in reports if "cpuSeconds" in r]
+    print(f"\nCPU {sum(done):.1f} s in the {len(done)} of {len(reports)} runs that finished")
     if out:
         out.write_text(json.dumps(merged, indent=2))
     return 0
