@@ -7,7 +7,9 @@ read back from the agent (or the object).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -71,14 +73,13 @@ def _print_object(obj: dict[str, Any], output: str) -> None:
         click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
 
 
-def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout: float | None) -> None:
-    """Stream progress until terminal: exit 0 on Completed, 1 (UserError) on Failed or timeout."""
-    from kubectl_hami_place.follow import AgentRef, Reporter, follow
-
-    agent = AgentRef(kw["agent_namespace"], kw["agent_service"])
+@contextlib.contextmanager
+def hint_on_interrupt(ns: str, name: str) -> Iterator[None]:
+    """From the moment placement ns/name exists: a Ctrl-C says that it stays, and how to follow or
+    cancel it (a Ctrl-C before following started, while the binary still imported the follower,
+    used to print only "interrupted")."""
     try:
-        with Reporter() as reporter:
-            final = follow(kube, ns, name, reporter, agent, timeout)
+        yield
     except KeyboardInterrupt:
         click.echo(
             f"\ninterrupted: placement {ns}/{name} stays in place.\n"
@@ -87,6 +88,16 @@ def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout:
             err=True,
         )
         raise
+
+
+def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout: float | None) -> None:
+    """Stream progress until terminal: exit 0 on Completed, 1 (UserError) on Failed or timeout."""
+    with hint_on_interrupt(ns, name):
+        from kubectl_hami_place.follow import AgentRef, Reporter, follow
+
+        agent = AgentRef(kw["agent_namespace"], kw["agent_service"])
+        with Reporter() as reporter:
+            final = follow(kube, ns, name, reporter, agent, timeout)
     if final.get("phase") != "Completed":
         reason = final.get("reason") or final.get("phase")
         raise UserError(f"placement {ns}/{name} {str(final.get('phase')).lower()} ({reason}): {final.get('message')}")
@@ -160,9 +171,15 @@ def pin(workload: str | None, selector: str | None, node: str, gpus: tuple[str, 
     manifest = placement_manifest(ns, name, req_id, wl.selector, node, gpus, None)
     dry_run = None if kw["dry_run"] == "none" else kw["dry_run"]
     obj = manifest if dry_run == "client" else create_placement(kube, manifest, dry_run)
-    _announce(obj, f"pins {wl.description}", target, dry_run, kw["output"])
-    if kw["watch"] and not dry_run:
-        follow_placement(kube, ns, name, kw, kw["timeout"])
+    with _created(ns, name, dry_run):
+        _announce(obj, f"pins {wl.description}", target, dry_run, kw["output"])
+        if kw["watch"] and not dry_run:
+            follow_placement(kube, ns, name, kw, kw["timeout"])
+
+
+def _created(ns: str, name: str, dry_run: str | None) -> contextlib.AbstractContextManager[None]:
+    """The Ctrl-C hint once a placement was really created (not for a dry run)."""
+    return contextlib.nullcontext() if dry_run else hint_on_interrupt(ns, name)
 
 
 def placement_manifest(
@@ -217,9 +234,10 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
             f"moves pod {pod_name} at its next restart: nothing is evicted now; {wl.description} lands on the "
             "target (use --evict to move it now)"
         )
-    _announce(obj, what, target, dry_run, kw["output"])
-    if wait and not dry_run:
-        follow_placement(kube, ns, name, kw, kw["timeout"])
+    with _created(ns, name, dry_run):
+        _announce(obj, what, target, dry_run, kw["output"])
+        if wait and not dry_run:
+            follow_placement(kube, ns, name, kw, kw["timeout"])
 
 
 def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
