@@ -51,6 +51,9 @@ test-hami: testbed-build ## The HAMi tier: tests that cross HAMi, with the real 
 bench-model: install ## Benchmark decode + aggregate at 5,000 nodes x 8 GPUs and 100,000 pods
 	$(BIN)/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
 
+bench-planner: install ## The planner's evaluation: every openb list x 3 cuts x 2 departure seeds (docs/planner.md, All lists)
+	$(BIN)/python bench/planner_bench.py --all-lists --json build/planner-all-lists.json
+
 binary: install ## Build the plugin binary (PyInstaller onedir) into build/dist/kubectl-hami_place/
 	$(BIN)/pyinstaller --noconfirm --log-level=WARN --distpath build/dist --workpath build/work release/kubectl-hami_place.spec
 	build/dist/kubectl-hami_place/kubectl-hami_place selftest
@@ -74,4 +77,4 @@ bench-startup: binary testbed-build ## Cold-start benchmark of the binary vs kub
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test test-hami bench-model binary release docs demo demo-down bench-startup clean
+.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test test-hami bench-model bench-planner binary release docs demo demo-down bench-startup clean
