@@ -7,7 +7,7 @@
 States: each openb pod list (``$OPENB_DIR``, default /work/shared/data/openb) replayed with no
 departures to cut 0.99 (docs/openb.md), as bench/planner_bench.py does. A replay takes about a
 minute of CPU per list, so the node and pod objects are cached as gzip JSON under ``--cache``
-(default /tmp/hami-place-exact-bench) and reused by later runs.
+(default bench/planner_bench.py's cache, /tmp/hami-place-bench, which it shares) and reused.
 
 Subsets are drawn as bench/planner_bench.py's ``bench_subsets`` draws them: ``random.Random(seed)``
 samples ``--nodes`` node names from the sorted names, ``--subsets`` times per list (then
@@ -23,13 +23,11 @@ machine's speed varies), and whether a second run gave the identical plan.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,36 +35,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.planner_bench import reference_ms
+from bench.planner_bench import CACHE_DIR, reference_ms, replayed_states
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning import exact as exact_planner
 from hami_place_core.planning.bounds import restrict
 from hami_place_core.planning.highs import WorkLimit
-from hami_place_core.state import ClusterState, build_state
-from testbed import openb as replay
+from hami_place_core.state import ClusterState
 
 LISTS = ("gpushare40", "gpuspec25", "multigpu50")
 CUT = 0.99
 
 
 def cached_state(pod_list: str, cut: float, cache: Path) -> ClusterState:
-    """The replayed state of `pod_list` at `cut`, from the cache or replayed and cached."""
-    path = cache / f"{pod_list}-{cut:g}.json.gz"
-    if path.exists():
-        with gzip.open(path, "rt") as f:
-            doc = json.load(f)
-    else:
-        nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
-        pods = replay.load_pods(replay.pod_list_path(pod_list))
-        r = replay.Replayer(nodes, pods, departures=False)
-        r.advance(replay.resolve_cut(pods, cut))
-        doc = {"nodes": r.node_objects, "pods": r.pod_objects(include_pending=False)}
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with gzip.open(tmp, "wt") as f:
-            json.dump(doc, f)
-        tmp.replace(path)
-    return build_state(doc["nodes"], doc["pods"])
+    """The replayed state of `pod_list` at `cut` (no departures), through planner_bench's cache."""
+    return next(replayed_states(pod_list, 0, [cut], cache))[1]
 
 
 def run_plan(state: ClusterState, solver: str) -> tuple[Any, Any, float, list[float]]:
@@ -162,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--solvers", default="auto,exact", help="comma-separated: auto, exact")
     ap.add_argument("--auto-work", type=int, help="override AUTO_WORK (solver steps), for calibration")
     ap.add_argument("--exact-work", type=int, help="override EXACT_WORK (solver steps), for calibration")
-    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "hami-place-exact-bench")
+    ap.add_argument("--cache", type=Path, default=CACHE_DIR, help="replayed states, shared with planner_bench")
     ap.add_argument("--cache-only", action="store_true", help="replay and cache the states, nothing else")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args(argv)

@@ -31,10 +31,12 @@ shares the helpers of :mod:`hami_place_core.planning.highs` and uses :func:`patt
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.planning.constraints import (
@@ -151,22 +153,43 @@ def l2_bound(state: ClusterState, options: PlanOptions | None = None) -> Bound:
 
 
 def _patterns(counts: Mapping[int, int], capacity: int, slots: int) -> list[tuple[int, ...]]:
+    """Every bin pattern (how many items of each size, sizes in decreasing order), the empty one too."""
+    return list(_each_pattern(counts, capacity, slots))
+
+
+def _each_pattern(counts: Mapping[int, int], capacity: int, slots: int) -> Iterator[tuple[int, ...]]:
     sizes = sorted(counts, reverse=True)
-    out: list[tuple[int, ...]] = []
     cur: list[int] = []
 
-    def rec(i: int, room: int, left: int) -> None:
+    def rec(i: int, room: int, left: int) -> Iterator[tuple[int, ...]]:
         if i == len(sizes):
-            out.append(tuple(cur))
+            yield tuple(cur)
             return
         s = sizes[i]
         for k in range(min(room // s if s else left, left, counts[s]), -1, -1):
             cur.append(k)
-            rec(i + 1, room - k * s, left - k)
+            yield from rec(i + 1, room - k * s, left - k)
             cur.pop()
 
-    rec(0, capacity, slots)
-    return out
+    return rec(0, capacity, slots)
+
+
+def _cutting_stock_model(counts: Mapping[int, int], pats: Sequence[tuple[int, ...]]) -> Any:
+    """HiGHS model of the fewest patterns (integer counts) covering `counts`."""
+    import highspy
+    import numpy as np
+
+    sizes = sorted(counts, reverse=True)
+    h = new_highs()
+    n = len(pats)
+    inf = h.getInfinity()
+    h.addVars(n, np.zeros(n), np.full(n, inf))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
+    for j, s in enumerate(sizes):
+        idx = [i for i, x in enumerate(pats) if x[j]]
+        h.addRow(counts[s], inf, len(idx), np.array(idx, dtype=np.int32), np.array([pats[i][j] for i in idx], float))
+    return h
 
 
 def pattern_bound(
@@ -182,25 +205,13 @@ def pattern_bound(
     With `work`, the solve spends from that budget (at most `work_cap` of it) instead of having
     `time_limit`: the exact planner's cut, whose result must not depend on the machine's speed.
     """
-    import numpy as np
+    import highspy
 
     p = pool(state, options)
     if not p.uniform:
         return None
     counts = Counter(p.sizes)
-    sizes = sorted(counts, reverse=True)
-    pats = [x for x in _patterns(counts, p.capacity, p.slots) if any(x)]
-    h = new_highs()
-    n = len(pats)
-    inf = h.getInfinity()
-    h.addVars(n, np.zeros(n), np.full(n, inf))
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
-    import highspy
-
-    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
-    for j, s in enumerate(sizes):
-        idx = [i for i, x in enumerate(pats) if x[j]]
-        h.addRow(counts[s], inf, len(idx), np.array(idx, dtype=np.int32), np.array([pats[i][j] for i in idx], float))
+    h = _cutting_stock_model(counts, [x for x in _patterns(counts, p.capacity, p.slots) if any(x)])
     if work is None:
         h.setOptionValue("time_limit", float(time_limit))
         h.run()
@@ -239,43 +250,14 @@ def fewest_bins(sizes: Sequence[int], capacity: int, slots: int, exact: bool = T
 
 def _patterns_upto(counts: Mapping[int, int], capacity: int, slots: int, most: int) -> list[tuple[int, ...]] | None:
     """:func:`_patterns` without the empty one, or None if there are more than `most`."""
-    sizes = sorted(counts, reverse=True)
-    out: list[tuple[int, ...]] = []
-    cur: list[int] = []
-
-    def rec(i: int, room: int, left: int) -> bool:
-        if i == len(sizes):
-            if any(cur):
-                out.append(tuple(cur))
-            return len(out) <= most
-        s = sizes[i]
-        for k in range(min(room // s if s else left, left, counts[s]), -1, -1):
-            cur.append(k)
-            ok = rec(i + 1, room - k * s, left - k)
-            cur.pop()
-            if not ok:
-                return False
-        return True
-
-    return out if rec(0, capacity, slots) else None
+    out = list(itertools.islice((x for x in _each_pattern(counts, capacity, slots) if any(x)), most + 1))
+    return out if len(out) <= most else None
 
 
 def _cutting_stock(counts: Mapping[int, int], pats: Sequence[tuple[int, ...]], max_nodes: int) -> int:
     """The fewest patterns covering `counts` (sizes in decreasing order, as in `pats`), or the
     solver's dual bound when `max_nodes` does not settle it."""
-    import highspy
-    import numpy as np
-
-    sizes = sorted(counts, reverse=True)
-    h = new_highs()
-    n = len(pats)
-    inf = h.getInfinity()
-    h.addVars(n, np.zeros(n), np.full(n, inf))
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
-    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, highspy.HighsVarType.kInteger))
-    for j, s in enumerate(sizes):
-        idx = [i for i, x in enumerate(pats) if x[j]]
-        h.addRow(counts[s], inf, len(idx), np.array(idx, dtype=np.int32), np.array([pats[i][j] for i in idx], float))
+    h = _cutting_stock_model(counts, pats)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 1 - 1e-3)  # an integer count: a gap under one is a proof
     h.setOptionValue("mip_max_nodes", int(max_nodes))
