@@ -20,13 +20,17 @@ from agent.kube import AsyncKube
 from agent.placement_index import PlacementIndex
 from agent.pod_index import PodIndex
 from hami_place_core import annotations as ann
+from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 from hami_place_core.placement import Placement
 from hami_place_core.state import ClusterState, NodeState, delete_node, delete_pod, upsert_node, upsert_pod
 
-Resource = Literal["nodes", "pods", "placements", "namespaces"]
+Resource = Literal["nodes", "pods", "placements", "namespaces", "policies"]
 
 _POD_ANNOTATIONS = (*ann.MODEL_POD_ANNOTATIONS, hp.POD_PLACEMENT, hp.POD_REQ_ID, hp.POD_CLAIM, hp.POD_NODE)
+
+
+_PLACEMENT_SPEC = ("nodeSelector", "affinity", "tolerations", "priority")
 
 
 def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,12 +63,15 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             ],
             "overhead": spec.get("overhead"),
             "resources": spec.get("resources"),
+            # Where a pod (or its replacement) may go, for the autopilot's planner, and its priority
+            # for a policy's maxPriority: absent in most pods, so they cost little.
+            **{k: spec[k] for k in _PLACEMENT_SPEC if spec.get(k) is not None},
         },
         "status": {
             "phase": (pod.get("status") or {}).get("phase"),
             # Ready and PodScheduled: workload availability, and HAMi's Filter verdict
             "conditions": [
-                {k: c.get(k) for k in ("type", "status", "reason", "message")}
+                {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
                 for c in (pod.get("status") or {}).get("conditions") or ()
                 if c.get("type") in ("Ready", "PodScheduled")
             ],
@@ -84,7 +91,7 @@ def _trim_namespace(ns: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ClusterCache:
-    def __init__(self, kube: AsyncKube) -> None:
+    def __init__(self, kube: AsyncKube, policies: bool = False) -> None:
         self.kube = kube
         self._pod_index = PodIndex()
         self._placement_index = PlacementIndex()
@@ -105,6 +112,8 @@ class ClusterCache:
             "placements": self._placements,
             "namespaces": self._namespaces,
         }
+        if policies:  # the autopilot's HamiDefragPolicies (cluster-scoped); only when it runs
+            self._informers["policies"] = Informer(kube, f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}", "policies")
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- index maintenance (called by the informers before any subscriber) ----------------------
@@ -179,6 +188,10 @@ class ClusterCache:
         """The pods of one controller, by ``workload_key`` (namespace/Kind/name)."""
         return self._pods_of(self._pod_index.by_workload.get(workload)) if workload else []
 
+    def pods_by_key(self) -> dict[str, dict[str, Any]]:
+        """Every pod by namespace/name (a snapshot of the keys; the objects are the cache's own)."""
+        return {object_key(p): p for p in self._pods.values()}
+
     def pod_by_uid(self, uid: str | None) -> dict[str, Any] | None:
         key = self._pod_index.by_uid.get(uid) if uid else None
         return self._pods.get(key) if key else None
@@ -219,6 +232,16 @@ class ClusterCache:
     def state(self) -> ClusterState:
         """The HAMi view of the whole cluster (read only: the cache keeps it current)."""
         return self._state
+
+    # ---- defrag policies ------------------------------------------------------------------------
+    def policies(self) -> list[dict[str, Any]]:
+        """Every HamiDefragPolicy, by name (none when the autopilot is off)."""
+        inf = self._informers.get("policies")
+        return [] if inf is None else sorted(inf.values(), key=lambda o: str((o.get("metadata") or {}).get("name")))
+
+    def policy(self, name: str) -> dict[str, Any] | None:
+        inf = self._informers.get("policies")
+        return None if inf is None else inf.get(name)
 
     def namespace_labels(self, name: str) -> dict[str, str]:
         return dict(((self._namespaces.get(name) or {}).get("metadata") or {}).get("labels") or {})

@@ -97,6 +97,10 @@ class Settings:
     eviction_backoff_max_seconds: int = 30
     eviction_timeout_seconds: int = 300  # when a placement has no spec.timeouts (the CRD defaults it)
     replacement_timeout_seconds: int = 600
+    # The autopilot (agent/autopilot.py): watch HamiDefragPolicies and act on them (leader only).
+    # Off: the agent neither watches nor needs RBAC for policies (the chart's autopilot.enabled).
+    autopilot_enabled: bool = False
+    autopilot_interval_seconds: float = 15.0  # between evaluations of each policy (and on changes)
     log_level: str = "INFO"
 
     @classmethod
@@ -130,6 +134,8 @@ class Settings:
             eviction_backoff_max_seconds=_env_int("HAMI_PLACE_EVICTION_BACKOFF_MAX_SECONDS", 30, 1),
             eviction_timeout_seconds=_env_int("HAMI_PLACE_EVICTION_TIMEOUT_SECONDS", 300, 1),
             replacement_timeout_seconds=_env_int("HAMI_PLACE_REPLACEMENT_TIMEOUT_SECONDS", 600, 1),
+            autopilot_enabled=_env_bool("HAMI_PLACE_AUTOPILOT_ENABLED", False),
+            autopilot_interval_seconds=_env_float("HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS", 15.0, 0.2),
             log_level=_env_str("HAMI_PLACE_LOG_LEVEL", "INFO").upper(),
         )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):

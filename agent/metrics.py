@@ -53,3 +53,21 @@ CACHE_LISTS = Gauge(
     ["resource"],
     registry=REGISTRY,
 )
+AUTOPILOT_EVALUATIONS = Counter(
+    "hami_place_autopilot_evaluations_total",
+    "Evaluations of HamiDefragPolicies, by policy and outcome (idle, planned, invalid, error).",
+    ["policy", "result"],
+    registry=REGISTRY,
+)
+AUTOPILOT_MOVES = Counter(
+    "hami_place_autopilot_moves_total",
+    "Moves the autopilot started, and how they ended (started, succeeded, failed), by policy.",
+    ["policy", "result"],
+    registry=REGISTRY,
+)
+AUTOPILOT_PLAN_MOVES = Gauge(
+    "hami_place_autopilot_plan_moves",
+    "Moves in each policy's current plan (0: nothing to do or no plan).",
+    ["policy"],
+    registry=REGISTRY,
+)

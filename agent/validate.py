@@ -140,35 +140,37 @@ class PlacementValidator:
         return Verdict(warnings=warnings)
 
     async def _may_evict(self, review: Review, namespace: str, pod: str) -> tuple[bool, str]:
-        user = review.user
-        groups, extra = user.get("groups"), user.get("extra")
-        body = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                # The API server sends userInfo in this shape; anything else (a crafted review) is
-                # dropped rather than passed on, so the answer is a denial, not a failed request.
-                "user": _str_or_none(user.get("username")),
-                "groups": [g for g in groups if isinstance(g, str)] if isinstance(groups, list) else [],
-                "uid": _str_or_none(user.get("uid")),
-                "extra": {
-                    k: [v for v in vs if isinstance(v, str)]
-                    for k, vs in (extra.items() if isinstance(extra, dict) else ())
-                    if isinstance(vs, list)
-                },
-                "resourceAttributes": {
-                    "namespace": namespace,
-                    "verb": "create",
-                    "group": "",
-                    "resource": "pods",
-                    "subresource": "eviction",
-                    "name": pod,
-                },
+        return await may_evict(self.kube, review.user, namespace, pod)
+
+
+async def may_evict(kube: AsyncKube, user: dict[str, Any], namespace: str, pod: str = "") -> tuple[bool, str]:
+    """Whether the requesting user may create pods/eviction for `pod` in `namespace` (any pod when
+    `pod` is empty; every namespace when `namespace` is empty), and the authorizer's reason: nobody
+    evicts through the agent what they could not evict themselves."""
+    groups, extra = user.get("groups"), user.get("extra")
+    attributes = {"namespace": namespace, "verb": "create", "group": "", "resource": "pods", "subresource": "eviction"}
+    if pod:
+        attributes["name"] = pod
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            # The API server sends userInfo in this shape; anything else (a crafted review) is
+            # dropped rather than passed on, so the answer is a denial, not a failed request.
+            "user": _str_or_none(user.get("username")),
+            "groups": [g for g in groups if isinstance(g, str)] if isinstance(groups, list) else [],
+            "uid": _str_or_none(user.get("uid")),
+            "extra": {
+                k: [v for v in vs if isinstance(v, str)]
+                for k, vs in (extra.items() if isinstance(extra, dict) else ())
+                if isinstance(vs, list)
             },
-        }
-        result = await self.kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
-        status = result.get("status") or {}
-        return bool(status.get("allowed")), str(status.get("reason") or "")
+            "resourceAttributes": attributes,
+        },
+    }
+    result = await kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+    status = result.get("status") or {}
+    return bool(status.get("allowed")), str(status.get("reason") or "")
 
 
 def _str_or_none(value: object) -> str | None:

@@ -133,7 +133,7 @@ class Engine:
         gids: tuple[int, ...],
         workload: str | None,
     ) -> str | None:
-        why = immovable_reason(alloc, options.excluded_namespaces, state.problems)
+        why = options.kept_pods.get(alloc.key) or immovable_reason(alloc, options.excluded_namespaces, state.problems)
         if why is None and len(gids) != len(alloc.per_gpu):
             why = "its allocation names a GPU its node does not register"
         if (

@@ -39,6 +39,9 @@ class PlanOptions:
     max_moves_per_workload: int = 1
     workload_limits: Mapping[str, int] = field(default_factory=dict)  # per-workload overrides
     workload_moves_used: Mapping[str, int] = field(default_factory=dict)  # already spent (apply loops)
+    # Pods (namespace/name) the caller keeps where they are, with why: the autopilot's policy
+    # selector leaves them out, or their last move failed. Shown in the plan's immovable list.
+    kept_pods: Mapping[str, str] = field(default_factory=dict)
     # One freed GPU may cost at most this many moves (its own pods plus the moves making room).
     max_moves_per_gpu: int = 8
     mix: WorkloadMix | None = None  # fragmentation: the workload mix; default: the pods' own

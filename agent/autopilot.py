@@ -1,0 +1,434 @@
+"""The autopilot: acts on HamiDefragPolicies in the cluster, on the leading replica only.
+
+Every `autopilot_interval_seconds`, and when a policy's spec or one of its moves changes, each
+policy is evaluated from the live cache (agent/autopilot_plan.py decides; this module writes):
+
+1. A move in flight (``status.inFlight``) is followed through its HamiPodPlacement: when it ends,
+   the result goes to ``recentMoves``, the counters, an Event and the metrics; a pod whose move
+   failed goes to ``failedPods`` and is left out of plans for an hour.
+2. Otherwise the triggers are evaluated and a plan made. DryRun records it (status and, when it
+   changes, an Event) and stops there. Apply also checks the window, the per-hour budget and the
+   minimum interval, then starts the plan's first move.
+3. A move starts by writing its intent (``inFlight`` and a ``recentMoves`` entry) to the status
+   with the resourceVersion the decision was made on, and only then creating the placement (with
+   evictPod) under a name derived from the policy and the pod's UID. A leader that loses the race,
+   or a new leader after a crash between the two writes, finds the intent and creates the same
+   placement (409 means it exists): one move never becomes two evictions. Everything else (PDBs,
+   limits, validation, crash safety of the eviction) is the placement's (agent/mover.py).
+
+Each evaluation re-plans from the live state, so a move that failed or a cluster that changed is
+simply reflected in the next plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+from typing import Any
+
+from agent import metrics
+from agent.autopilot_plan import Decision, decide
+from agent.cache import ClusterCache
+from agent.config import Settings
+from agent.events import EventRecorder
+from agent.kube import AsyncKube
+from agent.leader import LeaderElector
+from hami_place_core import defrag_policy as dp
+from hami_place_core import placement as hp
+from hami_place_core.kube import errors as kube_errors
+from hami_place_core.planning.model import Move
+
+log = logging.getLogger("hami_place.agent.autopilot")
+
+CREATED_BY = "hami-place-autopilot"
+# A placement the status names but the cache has not shown yet: the create may still be on its way.
+# After this long the autopilot creates it (again; 409 if it exists) from the recorded intent.
+PLACEMENT_GRACE = dt.timedelta(seconds=30)
+TERMINAL: dict[str, str] = {hp.COMPLETED: "Succeeded", hp.FAILED: "Failed", hp.CANCELLED: "Failed"}
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def policy_path(name: str, status: bool = False) -> str:
+    return f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}/{name}" + ("/status" if status else "")
+
+
+def move_placement_name(policy: str, pod_uid: str, started: str) -> tuple[str, str]:
+    """(name, reqID) of the placement for one move: the same intent always gives the same name."""
+    digest = hashlib.sha256(f"{policy}/{pod_uid}/{started}".encode()).hexdigest()[:10]
+    return hp.placement_name(f"autopilot-{policy}"[:200], digest), digest
+
+
+class Autopilot:
+    def __init__(
+        self,
+        settings: Settings,
+        cache: ClusterCache,
+        kube: AsyncKube,
+        events: EventRecorder,
+        leader: LeaderElector | None = None,
+    ) -> None:
+        self.settings, self.cache, self.kube, self.events, self.leader = settings, cache, kube, events, leader
+        self.wake = asyncio.Event()
+        cache.subscribe("policies", self._on_policy)
+        cache.subscribe("placements", self._on_placement)
+
+    # ---- what wakes an evaluation --------------------------------------------------------------
+    def _on_policy(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        gen = (obj.get("metadata") or {}).get("generation")
+        if kind != "MODIFIED" or gen != ((old or {}).get("metadata") or {}).get("generation"):
+            self.wake.set()  # a new or changed spec; the autopilot's own status writes do not wake it
+
+    def _on_placement(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if dp.POLICY_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
+            phase = (obj.get("status") or {}).get("phase")
+            if kind == "DELETED" or phase != ((old or {}).get("status") or {}).get("phase"):
+                self.wake.set()
+
+    # ---- the loop --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.cache.wait_ready(self.settings.cache_sync_timeout_seconds)
+        while True:
+            self.wake.clear()
+            if self.leader is None or self.leader.is_leader:
+                for obj in self.cache.policies():
+                    await self._evaluate_safely(obj)
+            await asyncio.sleep(0.2)  # a burst of changes makes one pass, not many
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.settings.autopilot_interval_seconds)
+
+    async def _evaluate_safely(self, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        try:
+            await self.evaluate(obj)
+        except asyncio.CancelledError:
+            raise
+        except (kube_errors.Conflict, kube_errors.NotFound):
+            pass  # the policy changed or went away under us: the next pass sees the new version
+        except Exception:
+            metrics.ERRORS.labels(kind="autopilot").inc()
+            metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="error").inc()
+            log.exception("autopilot: evaluating policy %s failed", name)
+
+    # ---- one evaluation --------------------------------------------------------------------------
+    async def evaluate(self, obj: dict[str, Any]) -> None:
+        now = _now()
+        status = dict(obj.get("status") or {})
+        name = str((obj.get("metadata") or {}).get("name"))
+        try:
+            policy = dp.parse_policy(obj)
+        except dp.PolicyError as e:
+            await self._write(obj, _with(status, now, obj, "Blocked", f"invalid policy: {e}", ready=False))
+            metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="invalid").inc()
+            return
+        status = await self._settle(obj, policy, status, now)
+        if status.get("inFlight"):
+            await self._follow(obj, policy, status, now)
+            return
+        if policy.suspend:
+            await self._write(obj, _with(status, now, obj, "Suspended", "spec.suspend is true: nothing is evaluated"))
+            return
+        decision = decide(
+            policy,
+            self.cache.state,
+            self.cache.pods_by_key(),
+            dp.cooling_pods(status, now),
+            self.settings.excluded_namespaces,
+            now,
+        )
+        metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="planned" if decision.trigger else "idle").inc()
+        await self._act(obj, policy, status, decision, now)
+
+    async def _act(
+        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], d: Decision, now: dt.datetime
+    ) -> None:
+        old_plan = status.get("plan")
+        status["trigger"] = d.trigger
+        status["plan"] = _plan_view(d, now) if d.trigger and not d.blocked else None
+        metrics.AUTOPILOT_PLAN_MOVES.labels(policy=policy.name).set(len(d.moves))
+        if not d.trigger:
+            await self._write(obj, _with(status, now, obj, "Idle", "no trigger fired"))
+            return
+        if d.blocked:
+            await self._write(obj, _with(status, now, obj, "Blocked", d.blocked))
+            return
+        changed = _plan_key(old_plan) != _plan_key(status["plan"])
+        if policy.mode == "DryRun" or not (d.moves or d.pins_pending_pod):
+            msg = _describe(d) + (" (DryRun: nothing is moved)" if policy.mode == "DryRun" else "")
+            if await self._write(obj, _with(status, now, obj, "Planned", msg)) and changed:
+                await self._event(obj, "Planned", msg)
+            return
+        waiting = self._wait_reason(policy, status, now)
+        if waiting is not None:
+            state, msg = waiting
+            if await self._write(obj, _with(status, now, obj, state, f"{_describe(d)}; waiting: {msg}")) and changed:
+                await self._event(obj, "Planned", _describe(d))
+            return
+        await self._start(obj, policy, status, d, now)
+
+    def _wait_reason(self, policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> tuple[str, str] | None:
+        if policy.window is not None:
+            is_open, when = policy.window.state(now)
+            if not is_open:
+                nxt = dp.format_time(when) if when else "never"
+                return "WaitingForWindow", f"outside the window (next opens {nxt})"
+        budget = dp.budget_wait(policy, dp.recent_moves(status), now)
+        if budget is not None:
+            why, until = budget
+            return "WaitingForBudget", f"{why}; next move after {dp.format_time(until)}"
+        return None
+
+    # ---- starting a move -------------------------------------------------------------------------
+    async def _start(
+        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], d: Decision, now: dt.datetime
+    ) -> None:
+        step = _next_step(d, self.cache)
+        if step is None:
+            await self._write(obj, _with(status, now, obj, "Blocked", "the pod to move is gone from the cache"))
+            return
+        pod_key, pod_uid, node, gpus = step
+        started = dp.format_time(now)
+        name, req_id = move_placement_name(policy.name, pod_uid, started)
+        namespace = pod_key.split("/", 1)[0]
+        status["inFlight"] = {
+            "placement": f"{namespace}/{name}",
+            "pod": pod_key,
+            "podUID": pod_uid,
+            "startedAt": started,
+            "node": node,
+            "gpus": [f"gpu-{i}" for i in gpus],
+            "reqID": req_id,
+        }
+        moves = [*(status.get("recentMoves") or [])][-(dp.RECENT_MOVES_KEPT - 1) :]
+        status["recentMoves"] = [
+            *moves,
+            {"pod": pod_key, "placement": f"{namespace}/{name}", "startedAt": started, "result": "InFlight"},
+        ]
+        msg = f"moving {pod_key} to {node}/{','.join(f'gpu-{i}' for i in gpus)} ({_describe(d)})"
+        if not await self._write(obj, _with(status, now, obj, "Moving", msg)):
+            return  # another writer moved the policy on: no intent recorded, nothing created
+        metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="started").inc()
+        await self._event(obj, "MoveStarted", msg)
+        refused = await self._create_placement(policy, status["inFlight"])
+        if refused:
+            await self._fail_now(policy, status["inFlight"], refused)
+
+    async def _fail_now(self, policy: dp.Policy, flight: dict[str, Any], why: str) -> None:
+        """Record a move whose placement could not be created as failed, on the latest policy."""
+        obj = self.cache.policy(policy.name)
+        if obj is None:
+            return
+        now = _now()
+        status = _record_result(dict(obj.get("status") or {}), flight, "Failed", why, now)
+        metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="failed").inc()
+        if await self._write(obj, _with(status, now, obj, "Planned", f"move failed: {why}")):
+            await self._event(obj, "MoveFailed", f"{flight.get('pod')}: {why}", "Warning")
+
+    async def _create_placement(self, policy: dp.Policy, flight: dict[str, Any]) -> str:
+        """Create the move's placement; the reason it was refused, or "" (created, or it exists)."""
+        namespace, name = str(flight["placement"]).split("/", 1)
+        pod_ns, pod_name = str(flight["pod"]).split("/", 1)
+        pod = self.cache.pod(pod_ns, pod_name)
+        if pod is None:
+            return f"pod {flight['pod']} is gone"
+        manifest = hp.new_placement(
+            namespace,
+            name,
+            str(flight["reqID"]),
+            hp.replacement_selector(pod, None),
+            str(flight["node"]),
+            list(flight["gpus"]),
+            evict_pod=pod_name,
+            created_by=CREATED_BY,
+        )
+        manifest["metadata"]["labels"][dp.POLICY_LABEL] = policy.name
+        try:
+            created = await self.kube.request("POST", hp.placement_path(namespace), body=manifest)
+        except kube_errors.Conflict:
+            return ""  # created before (an earlier attempt of this same intent)
+        except kube_errors.KubeError as e:
+            # Refused (e.g. by the validating webhook): the move fails now, with the reason.
+            log.warning("autopilot: placement %s/%s refused: %s", namespace, name, e)
+            return f"placement {namespace}/{name} was refused: {e}"[:500]
+        self.cache.apply("placements", {"type": "ADDED", "object": created})
+        return ""
+
+    # ---- following a move --------------------------------------------------------------------------
+    async def _settle(
+        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], now: dt.datetime
+    ) -> dict[str, Any]:
+        """The status with a finished in-flight move recorded (and inFlight cleared)."""
+        flight = status.get("inFlight")
+        if not isinstance(flight, dict):
+            status.pop("inFlight", None)
+            return status
+        result, why = self._flight_result(flight, now)
+        if result is None:
+            return status
+        status = _record_result(status, flight, result, why, now)
+        metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result=result.lower()).inc()
+        level = "Normal" if result == "Succeeded" else "Warning"
+        await self._event(obj, f"Move{result}", f"{flight.get('pod')}: {why}", level)
+        return status
+
+    def _flight_result(self, flight: dict[str, Any], now: dt.datetime) -> tuple[str | None, str]:
+        namespace, _, name = str(flight.get("placement") or "").partition("/")
+        p = self.cache.placement(namespace, name)
+        if p is not None:
+            result = TERMINAL.get(str(p.phase))
+            if result is not None:
+                detail = p.status.message or p.status.reason or p.phase
+                return result, f"placement {namespace}/{name} {p.phase}: {detail}"
+            return None, ""
+        started = dp.parse_time(flight.get("startedAt")) or now
+        if now - started < PLACEMENT_GRACE:
+            return None, ""
+        return None, "recreate"
+
+    async def _follow(self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> None:
+        flight = status["inFlight"]
+        _, why = self._flight_result(flight, now)
+        if why == "recreate":
+            # Recorded but never seen: the leader stopped between the intent and the create.
+            refused = await self._create_placement(policy, flight)
+            if refused:
+                await self._fail_now(policy, flight, refused)
+                return
+        msg = f"moving {flight.get('pod')} through placement {flight.get('placement')}"
+        await self._write(obj, _with(status, now, obj, "Moving", msg))
+
+    # ---- writes ---------------------------------------------------------------------------------
+    async def _write(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
+        """PUT the status with the resourceVersion the decision was made on; False on a conflict."""
+        meta = obj.get("metadata") or {}
+        body = {
+            "apiVersion": dp.API_VERSION,
+            "kind": dp.KIND,
+            "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
+            "status": {k: v for k, v in status.items() if v is not None},
+        }
+        try:
+            updated = await self.kube.request("PUT", policy_path(str(meta.get("name")), status=True), body=body)
+        except kube_errors.Conflict:
+            return False
+        self.cache.apply("policies", {"type": "MODIFIED", "object": updated})
+        return True
+
+    async def _event(self, obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
+        meta = obj.get("metadata") or {}
+        involved = {"apiVersion": dp.API_VERSION, "kind": dp.KIND, "name": meta.get("name"), "uid": meta.get("uid")}
+        await self.events.record(involved, reason, message, type_)
+
+
+# ---- status pieces (plain functions) -----------------------------------------------------------------
+def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[int, ...]] | None:
+    """(pod key, pod UID, node, GPUs) of what to move now: the plan's first move, or the pending
+    pod itself once its room is made."""
+    if d.moves:
+        m: Move = d.moves[0]
+        key, node, gpus = m.pod, m.to_node, m.to_gpus
+    elif d.pending is not None and d.node is not None:
+        key, node, gpus = d.pending.key, d.node, d.gpus
+    else:
+        return None
+    namespace, _, name = key.partition("/")
+    pod = cache.pod(namespace, name)
+    if pod is None:
+        return None
+    return key, str((pod.get("metadata") or {}).get("uid") or ""), node, gpus
+
+
+def _record_result(
+    status: dict[str, Any], flight: dict[str, Any], result: str, why: str, now: dt.datetime
+) -> dict[str, Any]:
+    status = dict(status)
+    status.pop("inFlight", None)
+    recent = []
+    for m in status.get("recentMoves") or []:
+        if isinstance(m, dict) and m.get("placement") == flight.get("placement") and m.get("result") == "InFlight":
+            m = {**m, "result": result}
+        recent.append(m)
+    status["recentMoves"] = recent
+    counter = "movesSucceeded" if result == "Succeeded" else "movesFailed"
+    status[counter] = int(status.get(counter) or 0) + 1
+    if result == "Failed":
+        failed = [
+            f for f in status.get("failedPods") or [] if isinstance(f, dict) and f.get("pod") != flight.get("pod")
+        ]
+        failed.append({"pod": flight.get("pod"), "failedAt": dp.format_time(now), "reason": why[:500]})
+        status["failedPods"] = failed[-200:]
+    return status
+
+
+def _plan_view(d: Decision, now: dt.datetime) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "moves": [
+            {
+                "pod": m.pod,
+                "from": f"{m.from_node}/{','.join(f'gpu-{i}' for i in m.from_gpus)}",
+                "to": f"{m.to_node}/{','.join(f'gpu-{i}' for i in m.to_gpus)}",
+            }
+            for m in d.moves[:100]
+        ],
+        "computedAt": dp.format_time(now),
+    }
+    if d.pending is not None:
+        view["forPod"] = d.pending.key
+        view["node"] = d.node
+        view["gpus"] = [f"gpu-{i}" for i in d.gpus]
+    else:
+        view["gpusFreed"] = d.gpus_freed
+    return view
+
+
+def _plan_key(plan: object) -> object:
+    """A plan without its time stamp: two evaluations with this equal made the same plan."""
+    if not isinstance(plan, dict):
+        return None
+    return {k: v for k, v in plan.items() if k != "computedAt"}
+
+
+def _describe(d: Decision) -> str:
+    if d.pending is not None:
+        where = f"{d.node}/{','.join(f'gpu-{i}' for i in d.gpus)}"
+        if not d.moves:
+            return f"room is made for {d.pending.key} on {where}: pinning it there"
+        return f"{len(d.moves)} move(s) make room for {d.pending.key} on {where}"
+    return f"{len(d.moves)} move(s) free {d.gpus_freed} whole GPU(s)"
+
+
+def _with(
+    status: dict[str, Any], now: dt.datetime, obj: dict[str, Any], state: str, message: str, ready: bool = True
+) -> dict[str, Any]:
+    """The status with its state, message, evaluation time and Ready condition set."""
+    out = dict(status)
+    out["state"] = state
+    out["message"] = message[:1024]
+    out["lastEvaluationTime"] = dp.format_time(now)
+    gen = (obj.get("metadata") or {}).get("generation")
+    if isinstance(gen, int):
+        out["observedGeneration"] = gen
+    out["conditions"] = _conditions(status.get("conditions"), now, gen, ready, message)
+    return out
+
+
+def _conditions(old: object, now: dt.datetime, gen: object, ready: bool, message: str) -> list[dict[str, Any]]:
+    value = "True" if ready else "False"
+    conditions = old if isinstance(old, list) else []
+    prev = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    since = prev.get("lastTransitionTime") if prev and prev.get("status") == value else dp.format_time(now)
+    cond = {
+        "type": "Ready",
+        "status": value,
+        "lastTransitionTime": since,
+        "reason": "Evaluated" if ready else "InvalidPolicy",
+        "message": "the autopilot evaluates this policy" if ready else message[:1024],
+    }
+    if isinstance(gen, int):
+        cond["observedGeneration"] = gen
+    return [cond]

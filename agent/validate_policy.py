@@ -1,0 +1,58 @@
+"""The validating webhook for HamiDefragPolicy: refuse a policy the autopilot could not follow, or
+one that would let its author evict pods they could not evict themselves.
+
+The CRD's schema and CEL rules check shape; this checks what they cannot (hami_place_core/
+defrag_policy.py, the parser the autopilot itself uses): a cron expression that never fires, an
+unknown time zone, a selector that does not parse. Then authority: a policy in Apply mode evicts
+pods through the agent's service account, so its author must be allowed to create pods/eviction in
+every namespace the policy selects (in every namespace, when it names none).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent import metrics
+from agent.admission import Review, Verdict
+from agent.kube import AsyncKube
+from agent.validate import may_evict
+from hami_place_core import defrag_policy as dp
+
+log = logging.getLogger("hami_place.agent.validate_policy")
+
+
+class PolicyValidator:
+    def __init__(self, kube: AsyncKube) -> None:
+        self.kube = kube
+
+    async def review(self, review: Review) -> Verdict:
+        try:
+            return await self._review(review)
+        except Exception as e:
+            metrics.ERRORS.labels(kind="validate").inc()
+            log.exception("validating webhook failed for policy %s", review.name)
+            return Verdict(allowed=False, code=500, message=f"hami-place could not validate the policy: {e}")
+
+    async def _review(self, review: Review) -> Verdict:
+        if review.operation not in ("CREATE", "UPDATE"):
+            return Verdict()
+        if review.operation == "UPDATE" and review.old is not None and review.obj.get("spec") == review.old.get("spec"):
+            return Verdict()  # status or metadata only: the autopilot's own writes
+        try:
+            policy = dp.parse_policy(review.obj)
+        except dp.PolicyError as e:
+            return Verdict(allowed=False, code=422, reason="Invalid", message=f"policy {review.name}: {e}")
+        for namespace in sorted(policy.namespaces) if policy.namespaces is not None else [""]:
+            allowed, reason = await may_evict(self.kube, review.user, namespace)
+            if not allowed:
+                where = f"namespace {namespace}" if namespace else "every namespace (the policy names none)"
+                return Verdict(
+                    allowed=False,
+                    code=403,
+                    reason="Forbidden",
+                    message=(
+                        f"policy {review.name}: {review.username or 'this user'} may not create pods/eviction in "
+                        f"{where}, so may not have the autopilot evict pods there" + (f" ({reason})" if reason else "")
+                    ),
+                )
+        return Verdict()
