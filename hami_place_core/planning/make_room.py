@@ -40,6 +40,7 @@ from hami_place_core.planning.engine import Engine, Record
 from hami_place_core.planning.evacuation import MAX_DEPTH, relocate
 from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.ordering import sequence
+from hami_place_core.planning.targets import direct_target, kind_of_pod
 from hami_place_core.quantity import QuantityError, parse_quantity
 from hami_place_core.requests import (
     PCT_UNSET,
@@ -369,6 +370,8 @@ class _Search:
         self.req = request.gpu
         self.probe = request.as_allocation()
         self.tried = 0
+        self.stuck: dict[str, tuple[int, ...]] = {}  # node -> the first pods that found no place
+        self.leaves: dict[tuple[Any, ...], bool] = {}  # _can_leave, per kind of pod, node and state
         # Seeded: an empty GPU is a target like a GPU in use (the planner keeps pods off them, as its
         # objective is whole free GPUs; here a pod moved to an empty GPU elsewhere is one move).
         for g in range(len(e.g_dev)):
@@ -439,7 +442,7 @@ class _Search:
         if gpu_fit_reason(req, d, u, sel, e.g_cordoned[g]) is None:
             return [()]
         pods = e.g_pods[g]
-        movable = [p for p in pods if e.can_move(p)]
+        movable = [p for p in pods if e.can_move(p) and self._can_leave(p)]
         if not self._fits_without(g, movable):
             return []  # not even with every pod that may move gone
         movable.sort(key=lambda p: (-self._compute(p), p))
@@ -453,6 +456,20 @@ class _Search:
                 sets.sort(key=lambda c: (sum(self._compute(p) for p in c), c))
                 return sets[:SETS_PER_GPU]
         return []
+
+    def _can_leave(self, p: int) -> bool:
+        """A multi-GPU pod moves only where a node has room for all its GPUs now (no ejection
+        chain makes room for one): on a busy cluster most have none, and their GPUs would look
+        cheap (a share of one move each) but could never be freed."""
+        e = self.e
+        req = e.p_req[p]
+        if req is None or req.nums == 1:
+            return True
+        key = (kind_of_pod(e, p), e.g_node[e.p_gids[p][0]], e.state_name)
+        ok = self.leaves.get(key)
+        if ok is None:
+            ok = self.leaves[key] = direct_target(e, p, frozenset()) is not None
+        return ok
 
     def _fewest(self, g: int, movable: list[int]) -> int:
         """A lower bound on how many pods must leave GPU g: for slots, memory and cores each, the
@@ -554,6 +571,9 @@ class _Search:
             if done:
                 chosen.append(g)
             else:
+                sets = self.eviction_sets(g)
+                if sets and cand.node not in self.stuck:
+                    self.stuck[cand.node] = sets[0]
                 planned.discard(g)
                 nxt = next((c[1] for c in queue if c[1] not in planned), None)
                 if nxt is not None:
@@ -610,10 +630,21 @@ class _Search:
             if found is not None:
                 return label(found, options)
         best = cands[0]
+        tried = f"{self.tried} node{'s' if self.tried != 1 else ''} tried"
+        stuck = self.stuck.get(best.node)
+        if stuck:
+            e = self.e
+            names = ", ".join(
+                f"{e.p_alloc[p].key} ({_describe(e.p_req[p])}, {format_cpu(e.p_res[p].cpu)} CPU)" for p in stuck
+            )
+            return (
+                f"no room can be made: on node {best.node} (the cheapest on paper, {best.bound} "
+                f"move{'s' if best.bound != 1 else ''}) pod {names} fits no other GPU whose node has its "
+                f"CPU and memory; likewise elsewhere ({tried})"
+            )
         return (
-            f"no room can be made: on node {best.node}, the best candidate, the pods on the GPUs to "
-            f"free (or the node's CPU and memory) find no other GPU that fits them "
-            f"({self.tried} node{'s' if self.tried != 1 else ''} tried)"
+            f"no room can be made: on node {best.node} (the cheapest on paper) the pods to move, or the "
+            f"node's CPU and memory, find no other place ({tried})"
         )
 
     def _refused(self) -> str:
@@ -694,6 +725,13 @@ class _Search:
             f"pods that may not move hold the GPUs: at most {most} GPUs of the {n} asked can be made "
             f"free on any eligible node (node {where}; pods kept: {why or 'none'})"
         )
+
+
+def _describe(req: GpuRequest | None) -> str:
+    if req is None:
+        return "no GPU"
+    mem = f"{req.memreq} MiB" if req.memreq else f"{req.mem_percentage}% memory"
+    return f"{req.nums} GPU{'s' if req.nums != 1 else ''}, {mem}, {req.coresreq}% cores"
 
 
 def _stay_reason(e: Engine, p: int) -> str:
