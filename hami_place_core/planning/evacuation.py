@@ -127,6 +127,30 @@ def evacuate(e: Engine, x: int, depth: int, budget: int) -> tuple[list[Step], li
     return ev.steps, ev.records
 
 
+def relocate(
+    e: Engine, pods: list[int], exclude: frozenset[int], depth: int, budget: int
+) -> tuple[list[Step], list[Record]] | None:
+    """Move every pod of `pods` to GPUs outside `exclude` (and off its own), all or nothing, for at
+    most `budget` more moves, largest first, with ejection chains up to `depth` deep: the steps
+    (already applied) and their undo records, or None with nothing changed. Used to make room for
+    one pod (:mod:`~hami_place_core.planning.make_room`), where only some pods of a GPU must leave."""
+    pods = sorted(set(pods), key=e.pod_size, reverse=True)
+    if not all(e.can_move(p) for p in pods):
+        return None
+    cap = min(budget, e.max_moves - e.moves_made + sum(1 for p in pods if e.moved(p)))
+    if sum(1 for p in pods if not e.moved(p)) > cap:
+        return None
+    ev = _Evacuation(e.moves_made, cap, EJECT_SCAN * max(depth, 1))
+    for p in pods:
+        if not place(e, ev, p, exclude, depth):
+            e.rollback(ev.records)
+            return None
+    if e.moves_made - ev.base > ev.cap:
+        e.rollback(ev.records)
+        return None
+    return ev.steps, ev.records
+
+
 def place(e: Engine, ev: _Evacuation, p: int, exclude: frozenset[int], depth: int) -> bool:
     """Move pod `p` somewhere outside `exclude`: best fit, or else make room on a nearly fitting
     GPU by moving some of its pods on first (recursively, `depth` deep). Applied when True."""

@@ -116,12 +116,17 @@ def _best_multi(
 ) -> tuple[int, ...] | None:
     best: tuple[tuple[int, int, str], tuple[int, ...]] | None = None
     home = e.p_alloc[p].node
+    here, res, need = e.g_node[e.p_gids[p][0]], e.p_res[p], req.coresreq
     for name in sorted(e.node_gids) if nodes is None else sorted(nodes):
-        fitting = [
-            g
-            for g in e.node_gids.get(name, ())
-            if g not in exclude and e.g_entry[g] is not None and e.fits(p, g, req, nodes)
-        ]
+        gids = e.node_gids.get(name, ())
+        # What fits() would refuse for every GPU of the node, checked once: its CPU and memory,
+        # and too few open GPUs with the compute (most nodes, on a busy cluster).
+        room = e.n_free.get(name)
+        if room is not None and name != here and not room.covers(res):
+            continue
+        if sum(1 for g in gids if e.g_entry[g] is not None and e.free_compute(g) >= need) < req.nums:
+            continue
+        fitting = [g for g in gids if g not in exclude and e.g_entry[g] is not None and e.fits(p, g, req, nodes)]
         if len(fitting) < req.nums:
             continue
         fitting.sort(key=lambda g: (e.free_compute(g), g))

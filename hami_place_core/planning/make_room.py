@@ -1,0 +1,788 @@
+"""Make room for one pod: the fewest moves after which a pending pod (or a hypothetical request)
+fits, with the node and GPUs it will get, or the constraint that makes it impossible.
+
+``make_room(state, RoomRequest, PlanOptions) -> RoomPlan``. The request is read from a real pod by
+the core's own parsers (:func:`~hami_place_core.requests.pod_request`,
+:func:`~hami_place_core.node_resources.pod_requests`) or built from a ``--for-request`` string
+(:func:`parse_room_request`), which is turned into a pod and read the same way. docs/planner.md
+("Making room for one pod") describes the algorithm:
+
+1. the nodes kube-scheduler would accept for the pod (:func:`constraints.node_refusal`), and on
+   each the GPUs HAMi's Fit could ever give it (health, cordon, type and UUID selectors, size);
+2. per GPU, the fewest resident pods whose leaving makes the pod fit there (HAMi's Fit on the
+   usage without them); per node, the sum over its cheapest GPUs is a lower bound on its moves;
+3. nodes in order of that bound: the chosen GPUs' pods are relocated by the planner's engine
+   (best fit, else ejection chains, :func:`evacuation.relocate`), then pods leave the node until
+   its CPU, memory and pod slots cover the pod (kube-scheduler's NodeResourcesFit); the moves are
+   put in an order valid step by step (:func:`ordering.sequence`). The search stops when no
+   node's bound can beat the best plan found: fewest moves, then least GPU compute moved, then
+   node name.
+
+Pure and deterministic: the state is not modified, and the same input gives the same plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hami_place_core import annotations as ann
+from hami_place_core.fit import EMPTY, NO_SELECTORS, GpuUsage, gpu_fit_reason
+from hami_place_core.node_resources import Resources, format_cpu, format_memory, pod_requests
+from hami_place_core.planning.constraints import immovable_reason, node_refusal, replacement_state
+from hami_place_core.planning.engine import Engine, Record
+from hami_place_core.planning.evacuation import MAX_DEPTH, relocate
+from hami_place_core.planning.model import Move, PlanOptions
+from hami_place_core.planning.ordering import sequence
+from hami_place_core.planning.targets import direct_target, kind_of_pod
+from hami_place_core.quantity import QuantityError, parse_quantity
+from hami_place_core.requests import (
+    PCT_UNSET,
+    RES_CORES,
+    RES_GPU,
+    RES_MEM,
+    RES_MEM_PCT,
+    DeviceSelectors,
+    GpuRequest,
+    PodRequest,
+    pod_request,
+)
+from hami_place_core.state import ClusterState, PodAllocation
+
+# At most this many nodes are tried (in order of their lower bound) before the search settles for
+# the best plan found: it bounds the time on a cluster where many nodes look cheap but their pods
+# have nowhere to go.
+MAX_NODES_TRIED = 64
+ONE_SLOT = Resources(0, 0, 1)
+SETS_PER_GPU = 4  # eviction sets tried per GPU, fewest pods first
+MAX_SUBSETS = 256  # sets of one size listed per GPU before taking the largest pods instead
+
+
+# ---- the request ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RoomRequest:
+    """What the pending pod asks for: its GPUs (HAMi's request and selectors) and its node."""
+
+    gpu: GpuRequest  # per GPU: count, memory (MiB or percentage), cores
+    selectors: DeviceSelectors = NO_SELECTORS  # use-/nouse-gputype, use-/nouse-gpuuuid
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)  # node affinity only (see notes)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    resources: Resources = ONE_SLOT  # CPU (millicores), memory (bytes), one pod slot
+    name: str = "request"  # ns/name of the pod, or "request" for a hypothetical one
+    notes: tuple[str, ...] = ()  # what the request had that is not checked
+
+    @property
+    def gpus(self) -> int:
+        return self.gpu.nums
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any], webhook: bool = False) -> RoomRequest:
+        """The request of a real pod. A pending pod has passed HAMi's admission webhook already;
+        `webhook` applies it (for a pod that has not, such as :func:`parse_room_request`'s)."""
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        request = pod_request(pod, webhook=webhook)
+        gpu = request.gpu_containers
+        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else "request"
+        if not gpu:
+            raise ValueError(f"pod {name} asks for no GPU ({RES_GPU})")
+        if len(gpu) != 1 or any(r is not None for r in request.init):
+            raise ValueError(
+                f"pod {name} has {len(gpu)} GPU containers and "
+                f"{sum(r is not None for r in request.init)} GPU init containers; only pods with one GPU "
+                "container are handled"
+            )
+        affinity = dict(spec.get("affinity") or {})
+        notes = []
+        for kind in ("podAffinity", "podAntiAffinity"):
+            if (affinity.pop(kind, None) or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):
+                notes.append(f"required {kind} is not checked")
+        if spec.get("topologySpreadConstraints"):
+            notes.append("topologySpreadConstraints are not checked")
+        return cls(
+            gpu=gpu[0],
+            selectors=request.selectors,
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            affinity=affinity,
+            tolerations=tuple(spec.get("tolerations") or ()),
+            resources=pod_requests(pod),
+            name=name,
+            notes=tuple(notes),
+        )
+
+    def as_allocation(self) -> PodAllocation:
+        """The pod as the constraint checks see it (no node, no GPUs yet)."""
+        ns, _, name = self.name.rpartition("/")
+        return PodAllocation(
+            namespace=ns,
+            name=name,
+            uid="",
+            node="",
+            phase="Pending",
+            labels={},
+            owner_kind=None,
+            owner_name=None,
+            per_gpu={},
+            containers=(),
+            request=PodRequest(init=(), containers=(self.gpu,), selectors=self.selectors),
+            node_selector=self.node_selector,
+            affinity=self.affinity,
+            tolerations=self.tolerations,
+        )
+
+    def describe(self) -> str:
+        parts = [f"{self.gpu.nums} GPU{'s' if self.gpu.nums != 1 else ''}"]
+        if self.gpu.memreq:
+            parts.append(f"{self.gpu.memreq} MiB each")
+        elif self.gpu.mem_percentage != PCT_UNSET:
+            parts.append(f"{self.gpu.mem_percentage}% memory each")
+        parts.append(f"{self.gpu.coresreq}% cores each")
+        if self.selectors.use_types:
+            parts.append(f"type {','.join(self.selectors.use_types)}")
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gpus": self.gpu.nums,
+            "gpumem": self.gpu.memreq or None,
+            "gpumemPercentage": None if self.gpu.mem_percentage == PCT_UNSET else self.gpu.mem_percentage,
+            "gpucores": self.gpu.coresreq,
+            "types": list(self.selectors.use_types),
+            "nodeSelector": dict(self.node_selector),
+            "cpu": format_cpu(self.resources.cpu),
+            "memory": format_memory(self.resources.memory),
+        }
+
+
+# ---- the hypothetical request (--for-request) ----------------------------------------------------
+_INT_KEYS = {"gpus": (1, 1024), "gpumem": (1, 1 << 40), "gpumem-percentage": (1, 100), "gpucores": (0, 100)}
+_LIST_KEYS = ("type", "nouse-type", "uuid", "nouse-uuid", "node-selector", "toleration")
+_QUANTITY_KEYS = ("cpu", "memory")
+KNOWN_KEYS = (*_INT_KEYS, *_LIST_KEYS, *_QUANTITY_KEYS)
+_TOLERATION = re.compile(r"^([^=:\s]+)(?:=([^:\s]*))?(?::(NoSchedule|NoExecute|PreferNoSchedule))?$")
+_LABEL = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")
+
+
+def parse_room_request(text: str) -> RoomRequest:
+    """A request from ``gpus=4,gpumem=20000,gpucores=50,type=A100,node-selector=k=v`` (the
+    ``--for-request`` value): comma-separated ``key=value`` items. ``gpus`` is required; ``gpumem``
+    (MiB) and ``gpumem-percentage`` exclude each other; neither means the whole memory, and then
+    HAMi's webhook gives the pod all the cores unless ``gpucores`` says otherwise. ``type``,
+    ``nouse-type``, ``uuid``, ``nouse-uuid``, ``node-selector`` (``k=v``) and ``toleration``
+    (``key[=value][:Effect]``) may repeat; ``cpu`` and ``memory`` are the pod's requests of its
+    node (Kubernetes quantities). Raises ValueError naming the bad item."""
+    if not text or not text.strip():
+        raise ValueError("empty request: give at least gpus=N")
+    ints: dict[str, int] = {}
+    lists: dict[str, list[str]] = {k: [] for k in _LIST_KEYS}
+    quantities: dict[str, str] = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        key, value = key.strip(), value.strip()
+        if not item.strip():
+            raise ValueError(f"empty item in {text!r} (two commas in a row, or a trailing comma)")
+        if not sep or not value:
+            raise ValueError(f"item {item.strip()!r} needs key=value")
+        if key not in KNOWN_KEYS:
+            raise ValueError(f"unknown key {key!r} (known: {', '.join(KNOWN_KEYS)})")
+        if key in _INT_KEYS:
+            if key in ints:
+                raise ValueError(f"{key} given twice")
+            ints[key] = _int_value(key, value)
+        elif key in _QUANTITY_KEYS:
+            if key in quantities:
+                raise ValueError(f"{key} given twice")
+            quantities[key] = _quantity_value(key, value)
+        else:
+            lists[key].append(value)
+    if "gpus" not in ints:
+        raise ValueError("gpus=N is required (the number of GPUs the pod asks for)")
+    if "gpumem" in ints and "gpumem-percentage" in ints:
+        raise ValueError("give gpumem (MiB) or gpumem-percentage, not both")
+    return RoomRequest.from_pod(_request_pod(ints, lists, quantities), webhook=True)
+
+
+def _int_value(key: str, value: str) -> int:
+    lo, hi = _INT_KEYS[key]
+    if not re.fullmatch(r"\d+", value):
+        raise ValueError(f"{key} must be a whole number, got {value!r}")
+    n = int(value)
+    if not lo <= n <= hi:
+        raise ValueError(f"{key} must be between {lo} and {hi}, got {n}")
+    return n
+
+
+def _quantity_value(key: str, value: str) -> str:
+    try:
+        amount = parse_quantity(value)
+    except QuantityError:
+        raise ValueError(f"{key} must be a Kubernetes quantity (such as 8, 500m, 64Gi), got {value!r}") from None
+    if amount < 0:
+        raise ValueError(f"{key} must not be negative, got {value!r}")
+    return value
+
+
+def _request_pod(
+    ints: Mapping[str, int], lists: Mapping[str, list[str]], quantities: Mapping[str, str]
+) -> dict[str, Any]:
+    """The pod the request describes, as submitted (before HAMi's webhook)."""
+    limits = {RES_GPU: str(ints["gpus"])}
+    for key, res in (("gpumem", RES_MEM), ("gpumem-percentage", RES_MEM_PCT), ("gpucores", RES_CORES)):
+        if key in ints:
+            limits[res] = str(ints[key])
+    annotations = {}
+    for key, annotation in (
+        ("type", ann.USE_GPU_TYPE),
+        ("nouse-type", ann.NOUSE_GPU_TYPE),
+        ("uuid", ann.USE_GPU_UUID),
+        ("nouse-uuid", ann.NOUSE_GPU_UUID),
+    ):
+        if lists[key]:
+            annotations[annotation] = ann.join_list(lists[key])
+    node_selector: dict[str, str] = {}
+    for kv in lists["node-selector"]:
+        k, sep, v = kv.partition("=")
+        if not sep or not _LABEL.match(k) or (v and not _LABEL.match(v)):
+            raise ValueError(f"node-selector must be label=value, got {kv!r}")
+        if node_selector.get(k, v) != v:
+            raise ValueError(f"node-selector asks {k} to equal both {node_selector[k]!r} and {v!r}")
+        node_selector[k] = v
+    tolerations = []
+    for t in lists["toleration"]:
+        m = _TOLERATION.match(t)
+        if m is None:
+            raise ValueError(f"toleration must be key[=value][:NoSchedule|NoExecute|PreferNoSchedule], got {t!r}")
+        key, value, effect = m.groups()
+        tol: dict[str, str] = {"key": key, "operator": "Exists" if value is None else "Equal"}
+        if value is not None:
+            tol["value"] = value
+        if effect:
+            tol["effect"] = effect
+        tolerations.append(tol)
+    resources: dict[str, Any] = {"limits": limits}
+    if quantities:
+        resources["requests"] = dict(quantities)
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": resources}]}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {"metadata": {"annotations": annotations}, "spec": spec}
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RoomPlan:
+    """The moves after which the pod fits (in an order valid step by step), and where it goes; or,
+    when no plan within the options' limits exists, no moves and the binding constraint."""
+
+    request: RoomRequest
+    moves: tuple[Move, ...]
+    node: str | None  # where the pod fits after the moves; None: no room can be made
+    gpus: tuple[int, ...] = ()  # NVML indices on `node`
+    uuids: tuple[str, ...] = ()
+    reason: str = ""  # why no room can be made (empty when it can)
+    nodes_tried: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.node is not None
+
+    @property
+    def gpu_devices(self) -> list[str]:
+        return [f"gpu-{i}" for i in self.gpus]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "request": self.request.as_dict(),
+            "fits": self.ok,
+            "node": self.node,
+            "gpus": list(self.gpus),
+            "uuids": list(self.uuids),
+            "moves": [m.as_dict() for m in self.moves],
+            "reason": self.reason,
+            "notes": list(self.request.notes),
+            "nodesTried": self.nodes_tried,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def make_room(state: ClusterState, request: RoomRequest, options: PlanOptions | None = None) -> RoomPlan:
+    """The fewest moves (within `options`' limits: max_moves, the workload budgets, the namespaces
+    and pods that may move) after which `request` fits on one node, with that node and its GPUs;
+    or an empty plan and the binding constraint. `state` is not modified."""
+    options = options or PlanOptions()
+    if options.max_moves is not None and options.max_moves < 0:
+        raise ValueError("max_moves must be >= 0")
+    started = time.perf_counter()
+    base = replacement_state(state)
+    search = _Search(Engine(base, options), request)
+    found = search.run()
+    if found is None:
+        reason = search.why_not(base, options)
+        return RoomPlan(request, (), None, reason=reason, nodes_tried=search.tried, seconds=_since(started))
+    return RoomPlan(
+        request,
+        tuple(found.moves),
+        found.node,
+        found.gpus,
+        found.uuids,
+        nodes_tried=search.tried,
+        seconds=_since(started),
+    )
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class _Found:
+    key: tuple[int, int, str]  # moves, GPU compute moved, node: the order of plans
+    node: str
+    gpus: tuple[int, ...]
+    uuids: tuple[str, ...]
+    moves: list[Move]
+
+
+@dataclass
+class _Candidate:
+    node: str
+    bound: int  # fewest moves any plan on this node needs (the GPUs' own pods only)
+    gpus: list[tuple[float, int, list[tuple[int, ...]]]]  # (cost, gid, eviction sets), cheapest first
+
+
+class _Search:
+    """One make_room search over an engine (which it leaves as it found it)."""
+
+    def __init__(self, e: Engine, request: RoomRequest) -> None:
+        self.e = e
+        self.request = request
+        self.req = request.gpu
+        self.probe = request.as_allocation()
+        self.tried = 0
+        self.stuck: dict[str, tuple[int, ...]] = {}  # node -> the first pods that found no place
+        self.leaves: dict[tuple[Any, ...], bool] = {}  # _can_leave, per kind of pod, node and state
+        # Seeded: an empty GPU is a target like a GPU in use (the planner keeps pods off them, as its
+        # objective is whole free GPUs; here a pod moved to an empty GPU elsewhere is one move).
+        for g in range(len(e.g_dev)):
+            if e.g_counts[g] and e.g_use[g].used == 0:
+                e.g_seed[g] = True
+                e.reindex(g)
+        e.reroute = True  # a pod already moving may be given another place at no extra move
+        self.refusals: Counter[str] = Counter()
+        self.usable: dict[str, list[int]] = {}  # eligible node -> GPUs Fit could ever give the pod
+        for name in sorted(e.state.nodes):
+            node = e.state.nodes[name]
+            why = node_refusal(self.probe, node)
+            if why is not None:
+                self.refusals[why] += 1
+                continue
+            self.usable[name] = [
+                g
+                for g in e.node_gids[name]
+                if e.g_counts[g]
+                and gpu_fit_reason(self.req, e.g_dev[g], EMPTY, request.selectors, e.g_cordoned[g]) is None
+            ]
+
+    # -- the search --
+    def run(self) -> _Found | None:
+        best: _Found | None = None
+        for cand in self.candidates():
+            if best is not None and cand.bound > best.key[0]:
+                break  # sorted by bound: no node left can do better
+            if self.tried >= MAX_NODES_TRIED:
+                break
+            self.tried += 1
+            budget = self.e.max_moves if best is None else best.key[0]
+            found = self.realize(cand, budget)
+            if found is not None and (best is None or found.key < best.key):
+                best = found
+                if best.key[:2] == (0, 0):
+                    break  # fits now: nothing beats it, and nodes come by name within a bound
+        return best
+
+    def candidates(self) -> list[_Candidate]:
+        out = []
+        n = self.req.nums
+        for name, gids in self.usable.items():
+            if len(gids) < n:
+                continue
+            costs = []
+            for g in gids:
+                sets = self.eviction_sets(g)
+                if sets:
+                    costs.append((self.set_cost(sets[0]), g, sets))
+            if len(costs) < n:
+                continue
+            costs.sort(key=lambda c: (c[0], self.e.g_use[c[1]].usedcores, c[1]))
+            bound = int(sum(c[0] for c in costs[:n]) + 0.999)
+            out.append(_Candidate(name, bound, costs))
+        out.sort(key=lambda c: (c.bound, c.node))
+        return out
+
+    def set_cost(self, pods: tuple[int, ...]) -> float:
+        # A pod on several GPUs moves once for all of them: each GPU counts its share.
+        return sum(1.0 / len(self.e.p_gids[p]) for p in pods)
+
+    def eviction_sets(self, g: int) -> list[tuple[int, ...]]:
+        """Sets of pods whose leaving GPU g makes the request fit there (HAMi's Fit), fewest first
+        (then least compute); [()] if it fits now; [] if no set of movable pods does."""
+        e, req, sel = self.e, self.req, self.request.selectors
+        d, u = e.g_dev[g], e.g_use[g]
+        if gpu_fit_reason(req, d, u, sel, e.g_cordoned[g]) is None:
+            return [()]
+        pods = e.g_pods[g]
+        movable = [p for p in pods if e.can_move(p) and self._can_leave(p)]
+        if not self._fits_without(g, movable):
+            return []  # not even with every pod that may move gone
+        movable.sort(key=lambda p: (-self._compute(p), p))
+        for k in range(self._fewest(g, movable), len(movable) + 1):
+            if math.comb(len(movable), k) > MAX_SUBSETS:
+                # too many sets to list: the largest pods first
+                j = next((j for j in range(k, len(movable) + 1) if self._fits_without(g, movable[:j])), None)
+                return [] if j is None else [tuple(movable[:j])]
+            sets = [c for c in itertools.combinations(movable, k) if self._fits_without(g, c)]
+            if sets:
+                sets.sort(key=lambda c: (sum(self._compute(p) for p in c), c))
+                return sets[:SETS_PER_GPU]
+        return []
+
+    def _can_leave(self, p: int) -> bool:
+        """A multi-GPU pod moves only where a node has room for all its GPUs now (no ejection
+        chain makes room for one): on a busy cluster most have none, and their GPUs would look
+        cheap (a share of one move each) but could never be freed."""
+        e = self.e
+        req = e.p_req[p]
+        if req is None or req.nums == 1:
+            return True
+        key = (kind_of_pod(e, p), e.g_node[e.p_gids[p][0]], e.state_name)
+        ok = self.leaves.get(key)
+        if ok is None:
+            ok = self.leaves[key] = direct_target(e, p, frozenset()) is not None
+        return ok
+
+    def _fewest(self, g: int, movable: list[int]) -> int:
+        """A lower bound on how many pods must leave GPU g: for slots, memory and cores each, the
+        fewest of the largest pods that give back enough; all of them for an exclusive request."""
+        e, req = self.e, self.req
+        d, u = e.g_dev[g], e.g_use[g]
+        if d.devcore == 100 and req.coresreq == 100:
+            return len(e.g_pods[g])  # HAMi: an exclusive request needs a GPU no pod uses
+        fewest = max(0, u.used + 1 - d.count)
+        for need, size in (
+            (u.usedmem + req.memory_on(d.devmem) - d.devmem, lambda r: r.memory_on(d.devmem)),
+            (u.usedcores + max(req.coresreq, 1 if u.usedcores >= d.devcore else 0) - d.devcore, lambda r: r.coresreq),
+        ):
+            if need <= 0:
+                continue
+            sizes = sorted((size(r) for p in movable if (r := e.p_req[p]) is not None), reverse=True)
+            total = k = 0
+            while total < need and k < len(sizes):
+                total += sizes[k]
+                k += 1
+            fewest = max(fewest, k)
+        return max(fewest, 1)
+
+    def _compute(self, p: int) -> int:
+        r = self.e.p_req[p]
+        return 0 if r is None else r.coresreq * r.nums
+
+    def _fits_without(self, g: int, pods: Sequence[int]) -> bool:
+        e = self.e
+        d, u = e.g_dev[g], e.g_use[g]
+        after = GpuUsage(u.used, u.usedmem, u.usedcores)
+        for p in pods:
+            r = e.p_req[p]
+            if r is None:
+                return False
+            after.used -= 1
+            after.usedmem -= r.memory_on(d.devmem)
+            after.usedcores -= r.coresreq
+        return gpu_fit_reason(self.req, d, after, self.request.selectors, e.g_cordoned[g]) is None
+
+    def realize(self, cand: _Candidate, budget: int) -> _Found | None:
+        """Make room on `cand.node` within `budget` moves: the plan, with the engine restored."""
+        e = self.e
+        records: list[Record] = []
+        try:
+            chosen = self._free_gpus(cand, budget, records)
+            if chosen is None or not self._make_node_room(cand.node, chosen, budget, records):
+                return None
+            if e.moves_made > budget or not all(self._fits_now(g) for g in chosen):
+                return None
+            why = f"make room for {self.request.name} on {cand.node}"
+            for p in range(len(e.p_alloc)):
+                if e.moved(p):
+                    e.p_reason[p] = why
+            moves = sequence(e) if e.moves_made else []
+            e.p_reason.clear()
+            if moves is None:
+                return None
+            compute = sum(self._compute(p) for p in range(len(e.p_alloc)) if e.moved(p))
+            gpus = tuple(sorted(chosen, key=lambda g: e.g_dev[g].index))
+            return _Found(
+                (e.moves_made, compute, cand.node),
+                cand.node,
+                tuple(e.g_dev[g].index for g in gpus),
+                tuple(e.g_dev[g].uuid for g in gpus),
+                moves,
+            )
+        finally:
+            e.rollback(records)
+
+    def _fits_now(self, g: int) -> bool:
+        e = self.e
+        return gpu_fit_reason(self.req, e.g_dev[g], e.g_use[g], self.request.selectors, e.g_cordoned[g]) is None
+
+    def _free_gpus(self, cand: _Candidate, budget: int, records: list[Record]) -> list[int] | None:
+        """Room on `nums` GPUs of the node, cheapest first; a GPU whose pods find no place is
+        replaced by the next one. The GPUs chosen, or None."""
+        e, n = self.e, self.req.nums
+        queue = list(cand.gpus)
+        planned = {g for _, g, _ in queue[:n]}
+        chosen: list[int] = []
+        while len(chosen) < n and queue:
+            _, g, _ = queue.pop(0)
+            planned.add(g)
+            exclude = frozenset(planned | set(chosen))
+            if self._fits_now(g):
+                chosen.append(g)
+                continue
+            done = False
+            for pods in self.eviction_sets(g):
+                left = budget - e.moves_made
+                if left <= 0:
+                    break
+                got = relocate(e, list(pods), exclude, MAX_DEPTH, left)
+                if got is not None:
+                    records.extend(got[1])
+                    done = True
+                    break
+            if done:
+                chosen.append(g)
+            else:
+                sets = self.eviction_sets(g)
+                if sets and cand.node not in self.stuck:
+                    self.stuck[cand.node] = sets[0]
+                planned.discard(g)
+                nxt = next((c[1] for c in queue if c[1] not in planned), None)
+                if nxt is not None:
+                    planned.add(nxt)
+        return chosen if len(chosen) == n else None
+
+    def _make_node_room(self, node: str, chosen: list[int], budget: int, records: list[Record]) -> bool:
+        """Move GPU pods off `node` until its CPU, memory and pod slots cover the request: each time
+        the movable pod that closes most of what is missing (fewest moves first)."""
+        e, need = self.e, self.request.resources
+        exclude = frozenset(e.node_gids[node])
+        tried: set[int] = set()
+        while True:
+            free = e.n_free.get(node)
+            if free is None or free.covers(need):
+                return True
+            short = need - free
+            pods = sorted(
+                {
+                    p
+                    for g in e.node_gids[node]
+                    for p in e.g_pods[g]
+                    if p not in tried and e.can_move(p) and e.p_res[p] != Resources()
+                },
+                key=lambda p: (-_closes(e.p_res[p], short), p),
+            )
+            if not pods or budget - e.moves_made <= 0:
+                return False
+            p = pods[0]
+            tried.add(p)
+            got = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)
+            if got is not None:
+                records.extend(got[1])
+
+    # -- why not --
+    def why_not(self, base: ClusterState, options: PlanOptions) -> str:
+        """The binding constraint when no plan was found (the first that explains it)."""
+        n = self.req.nums
+        if not self.usable:
+            return self._refused()
+        where, gids = min(self.usable.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        if len(gids) < n:
+            return self._too_few_gpus(where, len(gids))
+        roomy = self._room_reason()
+        if roomy is not None:
+            return roomy
+        cands = self.candidates()
+        if not cands:
+            return self._held()
+        # Would more moves do it? Then the limits bind.
+        for label, relaxed in _relaxations(options):
+            again = _Search(Engine(base, relaxed), self.request)
+            found = again.run()
+            if found is not None:
+                return label(found, options)
+        best = cands[0]
+        tried = f"{self.tried} node{'s' if self.tried != 1 else ''} tried"
+        stuck = self.stuck.get(best.node)
+        if stuck:
+            e = self.e
+            names = ", ".join(
+                f"{e.p_alloc[p].key} ({_describe(e.p_req[p])}, {format_cpu(e.p_res[p].cpu)} CPU)" for p in stuck
+            )
+            return (
+                f"no room can be made: on node {best.node} (the cheapest on paper, {best.bound} "
+                f"move{'s' if best.bound != 1 else ''}) pod {names} fits no other GPU whose node has its "
+                f"CPU and memory; likewise elsewhere ({tried})"
+            )
+        return (
+            f"no room can be made: on node {best.node} (the cheapest on paper) the pods to move, or the "
+            f"node's CPU and memory, find no other place ({tried})"
+        )
+
+    def _refused(self) -> str:
+        reasons = self.refusals.most_common()
+        if not reasons:
+            return "the cluster has no GPU nodes"
+        sel = self.request.node_selector
+        if any(r.startswith("nodeSelector") for r, _ in reasons) and sel:
+            text = ",".join(f"{k}={v}" for k, v in sorted(sel.items()))
+            return f"no node matches the pod's node selector ({text}) among the schedulable GPU nodes"
+        top = "; ".join(f"{r} ({c} node{'s' if c != 1 else ''})" for r, c in reasons[:3])
+        return f"no node accepts the pod: {top}"
+
+    def _too_few_gpus(self, node: str, most: int) -> str:
+        n, sel = self.req.nums, self.request.selectors
+        where = f"any eligible node (node {node})" if most else "any eligible node"
+        gpus = f"{most} usable GPU{'s' if most != 1 else ''}"
+        if sel.use_types or sel.nouse_types:
+            types = ",".join(sel.use_types) or "not " + ",".join(sel.nouse_types)
+            return f"GPU type {types} has only {gpus} on {where}; the pod asks for {n}"
+        if sel.use_uuids or sel.nouse_uuids:
+            return f"the pod's GPU UUID selectors leave at most {gpus} on {where}; it asks for {n}"
+        if self.req.memreq or self.req.coresreq:
+            return (
+                f"no eligible node has {n} GPUs that are healthy, uncordoned and large enough for "
+                f"{self.req.describe()} (the most is {most}, on node {node})"
+            )
+        return f"no eligible node has {n} usable GPUs (the most is {most}, on node {node})"
+
+    def _room_reason(self) -> str | None:
+        """Node CPU, memory or slots short on every node with enough usable GPUs, even with every
+        movable GPU pod gone from it."""
+        e, need, n = self.e, self.request.resources, self.req.nums
+        best: dict[str, tuple[int, str]] = {}
+        for name, gids in self.usable.items():
+            if len(gids) < n:
+                continue
+            free = e.n_free.get(name)
+            if free is None:
+                return None
+            for p in {p for g in e.node_gids[name] for p in e.g_pods[g] if e.can_move(p)}:
+                free = free + e.p_res[p]
+            if free.covers(need):
+                return None
+            for what, have in (("cpu", free.cpu), ("memory", free.memory), ("pods", free.pods)):
+                if what not in best or have > best[what][0]:
+                    best[what] = (have, name)
+        if need.cpu > best["cpu"][0]:
+            have, name = best["cpu"]
+            return (
+                f"node CPU: the pod asks {format_cpu(need.cpu)} cores, the most free after moves is "
+                f"{format_cpu(max(have, 0))} on node {name}"
+            )
+        if need.memory > best["memory"][0]:
+            have, name = best["memory"]
+            return (
+                f"node memory: the pod asks {format_memory(need.memory)}, the most free after moves is "
+                f"{format_memory(max(have, 0))} on node {name}"
+            )
+        have, name = best["pods"]
+        return f"node pod slots: no eligible node has a free pod slot even after moves (the most is {have}, on {name})"
+
+    def _held(self) -> str:
+        """No node has enough GPUs whose pods may move."""
+        e, n = self.e, self.req.nums
+        most, where = -1, ""
+        for name, gids in self.usable.items():
+            k = sum(1 for g in gids if self.eviction_sets(g))
+            if k > most:
+                most, where = k, name
+        held: Counter[str] = Counter()
+        for g in self.usable.get(where, ()):
+            for p in e.g_pods[g]:
+                if not e.can_move(p):
+                    held[_stay_reason(e, p)] += 1
+        why = ", ".join(f"{r} ({c})" for r, c in held.most_common(3))
+        return (
+            f"pods that may not move hold the GPUs: at most {most} GPUs of the {n} asked can be made "
+            f"free on any eligible node (node {where}; pods kept: {why or 'none'})"
+        )
+
+
+def _describe(req: GpuRequest | None) -> str:
+    if req is None:
+        return "no GPU"
+    mem = f"{req.memreq} MiB" if req.memreq else f"{req.mem_percentage}% memory"
+    return f"{req.nums} GPU{'s' if req.nums != 1 else ''}, {mem}, {req.coresreq}% cores"
+
+
+def _stay_reason(e: Engine, p: int) -> str:
+    if not e.p_movable[p]:
+        why = immovable_reason(e.p_alloc[p], e.options.excluded_namespaces, e.state.problems)
+        return (why or "its workload has used its disruption budget").split(":")[0]
+    if e.moves_made >= e.max_moves:
+        return "--max-moves reached"
+    return "its workload has used its disruption budget"
+
+
+def _closes(res: Resources, short: Resources) -> float:
+    """How much of the shortfall `short` a pod's requests `res` close (0-3)."""
+    total = 0.0
+    for have, want in ((res.cpu, short.cpu), (res.memory, short.memory), (res.pods, short.pods)):
+        if want > 0:
+            total += min(have, want) / want
+    return total
+
+
+def _relaxations(options: PlanOptions) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
+    out: list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]] = []
+    if options.max_moves is not None:
+        out.append((_over_max_moves, replace(options, max_moves=None)))
+    out.append(
+        (
+            _over_budgets,
+            replace(
+                options, max_moves=None, max_moves_per_workload=1 << 20, workload_limits={}, workload_moves_used={}
+            ),
+        )
+    )
+    return out
+
+
+def _over_max_moves(found: _Found, options: PlanOptions) -> str:
+    n = len(found.gpus)
+    return (
+        f"node {found.node} has room for {n} GPU{'s' if n != 1 else ''} only after "
+        f"{found.key[0]} moves, over --max-moves {options.max_moves}"
+    )
+
+
+def _over_budgets(found: _Found, options: PlanOptions) -> str:
+    per: Counter[str] = Counter(m.workload for m in found.moves if m.workload)
+    over = [
+        f"{w} ({c} moves, budget {options.limit_of(w) - options.workload_moves_used.get(w, 0)})"
+        for w, c in sorted(per.items())
+        if c > options.limit_of(w) - options.workload_moves_used.get(w, 0)
+    ]
+    return (
+        f"node {found.node} has room only after {found.key[0]} moves, over the workloads' disruption "
+        f"budgets (--max-moves-per-workload {options.max_moves_per_workload}): {', '.join(over)}"
+    )
