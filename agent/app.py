@@ -24,6 +24,7 @@ from sanic.handlers import ErrorHandler
 from agent import metrics, views
 from agent.admission import Verdict, encode_response, parse_review
 from agent.auth import Authorizer
+from agent.autopilot import Autopilot
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.controller import PlacementController
@@ -34,6 +35,8 @@ from agent.leader import LeaderElector
 from agent.mutate import PodMutator
 from agent.tls import require_webhook_client
 from agent.validate import PlacementValidator
+from agent.validate_policy import PolicyValidator
+from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 
 log = logging.getLogger("hami_place.agent")
@@ -68,24 +71,30 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
     async def start(app: Sanic) -> None:
         s: Settings = app.ctx.settings
         kube = AsyncKube(load_credentials(s.kubeconfig or None, s.token_file or None))
-        cache = ClusterCache(kube)
+        cache = ClusterCache(kube, policies=s.autopilot_enabled)
         events = EventRecorder(kube, s.agent_id)
         app.ctx.kube, app.ctx.cache, app.ctx.events = kube, cache, events
         app.ctx.mutator = PodMutator(s, cache, kube, events)
         app.ctx.validator = PlacementValidator(s, cache, kube)
+        app.ctx.policy_validator = PolicyValidator(kube)
         app.ctx.authorizer = Authorizer(kube)
         app.ctx.leader = LeaderElector(s, kube)
         app.ctx.controller = PlacementController(s, cache, kube, events, app.ctx.leader)
         cache.start()
         app.ctx.leader_task = asyncio.create_task(app.ctx.leader.run(), name="leader-election")
         app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
+        app.ctx.autopilot_task = None
+        if s.autopilot_enabled:
+            autopilot = Autopilot(s, cache, kube, events, app.ctx.leader)
+            app.ctx.autopilot_task = asyncio.create_task(autopilot.run(), name="autopilot")
         log.info("agent %s starting with %s", s.agent_id, json.dumps(s.describe(), default=str))
 
     @app.after_server_stop
     async def stop(app: Sanic) -> None:
-        app.ctx.controller_task.cancel()
-        app.ctx.leader_task.cancel()
-        await asyncio.gather(app.ctx.controller_task, app.ctx.leader_task, return_exceptions=True)
+        tasks = [t for t in (app.ctx.controller_task, app.ctx.leader_task, app.ctx.autopilot_task) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await app.ctx.cache.stop()
         await app.ctx.kube.close()
 
@@ -132,7 +141,9 @@ def webhooks_bp() -> Blueprint:
         main_port_only(request)
         t0 = time.perf_counter()
         review = parse_review(request.body)
-        verdict: Verdict = await request.app.ctx.validator.review(review)
+        ctx = request.app.ctx
+        validator = ctx.policy_validator if review.kind.get("kind") == dp.KIND else ctx.validator
+        verdict: Verdict = await validator.review(review)
         body = encode_response(review, verdict)
         metrics.OBSERVE_ADMISSION["validate", "allowed" if verdict.allowed else "denied"](time.perf_counter() - t0)
         return r.raw(body, content_type=JSON)

@@ -96,8 +96,11 @@ class Autopilot:
         while True:
             self.wake.clear()
             if self.leader is None or self.leader.is_leader:
+                wanted = self.settings.policy_labels()
                 for obj in self.cache.policies():
-                    await self._evaluate_safely(obj)
+                    labels = (obj.get("metadata") or {}).get("labels") or {}
+                    if all(labels.get(k) == v for k, v in wanted.items()):
+                        await self._evaluate_safely(obj)
             await asyncio.sleep(0.2)  # a burst of changes makes one pass, not many
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.settings.autopilot_interval_seconds)
@@ -133,10 +136,16 @@ class Autopilot:
         if policy.suspend:
             await self._write(obj, _with(status, now, obj, "Suspended", "spec.suspend is true: nothing is evaluated"))
             return
+        s = self.settings
+        served = {
+            k: pod
+            for k, pod in self.cache.pods_by_key().items()
+            if self.cache.serves(k.split("/", 1)[0], s.excluded_namespaces, s.namespace_labels())
+        }
         decision = decide(
             policy,
             self.cache.state,
-            self.cache.pods_by_key(),
+            served,
             dp.cooling_pods(status, now),
             self.settings.excluded_namespaces,
             now,
@@ -247,6 +256,12 @@ class Autopilot:
             created_by=CREATED_BY,
         )
         manifest["metadata"]["labels"][dp.POLICY_LABEL] = policy.name
+        # The agent's own timeouts (the CRD would default them to its own): a PDB that blocks an
+        # autopilot move fails it in the agent's configured time, and the next plan avoids the pod.
+        manifest["spec"]["timeouts"] = {
+            "evictionSeconds": self.settings.eviction_timeout_seconds,
+            "replacementSeconds": self.settings.replacement_timeout_seconds,
+        }
         try:
             created = await self.kube.request("POST", hp.placement_path(namespace), body=manifest)
         except kube_errors.Conflict:

@@ -243,5 +243,14 @@ class ClusterCache:
         inf = self._informers.get("policies")
         return None if inf is None else inf.get(name)
 
+    def serves(self, namespace: str, excluded: tuple[str, ...], wanted: Mapping[str, str]) -> bool:
+        """Does an agent excluding `excluded` and selecting namespaces labelled `wanted` act there?"""
+        if namespace in excluded:
+            return False
+        if not wanted:
+            return True
+        labels = self.namespace_labels(namespace)
+        return all(labels.get(k) == v for k, v in wanted.items())
+
     def namespace_labels(self, name: str) -> dict[str, str]:
         return dict(((self._namespaces.get(name) or {}).get("metadata") or {}).get("labels") or {})

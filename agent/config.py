@@ -62,6 +62,10 @@ def _env_list(name: str, default: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in os.environ.get(name, default).split(",") if x.strip())
 
 
+def _labels(selector: str) -> dict[str, str]:
+    return dict((k.strip(), v.strip()) for k, v in (t.split("=", 1) for t in selector.split(",") if t.strip()))
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "0.0.0.0"  # noqa: S104 - a pod must listen on its pod IP
@@ -101,6 +105,9 @@ class Settings:
     # Off: the agent neither watches nor needs RBAC for policies (the chart's autopilot.enabled).
     autopilot_enabled: bool = False
     autopilot_interval_seconds: float = 15.0  # between evaluations of each policy (and on changes)
+    # Only policies with these labels ("k=v,k2=v2"; empty: every policy): one agent deployment per
+    # set of policies, e.g. a canary agent that evaluates only its own.
+    autopilot_policy_selector: str = ""
     log_level: str = "INFO"
 
     @classmethod
@@ -136,6 +143,7 @@ class Settings:
             replacement_timeout_seconds=_env_int("HAMI_PLACE_REPLACEMENT_TIMEOUT_SECONDS", 600, 1),
             autopilot_enabled=_env_bool("HAMI_PLACE_AUTOPILOT_ENABLED", False),
             autopilot_interval_seconds=_env_float("HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS", 15.0, 0.2),
+            autopilot_policy_selector=_env_str("HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR", ""),
             log_level=_env_str("HAMI_PLACE_LOG_LEVEL", "INFO").upper(),
         )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):
@@ -144,9 +152,13 @@ class Settings:
             raise ConfigError("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE needs TLS (HAMI_PLACE_TLS_CERT_FILE and _KEY_FILE)")
         if s.webhook_client_names and not s.webhook_client_ca_file:
             raise ConfigError("HAMI_PLACE_WEBHOOK_CLIENT_NAMES needs HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE")
-        for term in (t for t in s.namespace_selector.split(",") if t.strip()):
-            if term.count("=") != 1 or not all(x.strip() for x in term.split("=")):
-                raise ConfigError(f"HAMI_PLACE_NAMESPACE_SELECTOR term {term!r} must be key=value")
+        for var, value in (
+            ("HAMI_PLACE_NAMESPACE_SELECTOR", s.namespace_selector),
+            ("HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR", s.autopilot_policy_selector),
+        ):
+            for term in (t for t in value.split(",") if t.strip()):
+                if term.count("=") != 1 or not all(x.strip() for x in term.split("=")):
+                    raise ConfigError(f"{var} term {term!r} must be key=value")
         if not _DNS_SUBDOMAIN.match(s.lease_name):
             raise ConfigError(f"HAMI_PLACE_LEASE_NAME={s.lease_name!r} must be a lowercase RFC 1123 subdomain")
         if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -156,7 +168,10 @@ class Settings:
         return s
 
     def namespace_labels(self) -> dict[str, str]:
-        return dict(t.strip().split("=", 1) for t in self.namespace_selector.split(",") if t.strip())
+        return _labels(self.namespace_selector)
+
+    def policy_labels(self) -> dict[str, str]:
+        return _labels(self.autopilot_policy_selector)
 
     def describe(self) -> dict[str, object]:
         """The effective configuration, logged at start-up (no secrets are held here)."""

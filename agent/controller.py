@@ -181,13 +181,7 @@ class PlacementController:
                 pass  # someone moved it on; the next pass sees the new version
 
     def _serves(self, namespace: str) -> bool:
-        if namespace in self.settings.excluded_namespaces:
-            return False
-        wanted = self.settings.namespace_labels()
-        if not wanted:
-            return True
-        labels = self.cache.namespace_labels(namespace)
-        return all(labels.get(k) == v for k, v in wanted.items())
+        return self.cache.serves(namespace, self.settings.excluded_namespaces, self.settings.namespace_labels())
 
     def _claimed_pod(self, p: Placement) -> dict[str, Any] | None:
         return self.cache.pod_by_claim(p.claim)

@@ -1,0 +1,242 @@
+"""The autopilot (issue 23) end to end: HamiDefragPolicies acted on by the real agent.
+
+Each test gets its own nodes (labelled for the policy's nodeSelector) and namespace; the agent
+set evaluates only policies labelled for it (HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR), so nothing
+here acts on another test's pods. The layout is asked for through HAMi's own per-pod GPU policy
+(spread: each pod on the least used GPU), never by writing HAMi's allocation: with real HAMi its
+Filter allocates, in CI the labelled stand-in does (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from hami_place_core import defrag_policy as dp
+from hami_place_core import placement as hp
+from testbed.agent_set import AgentSet
+from testbed.allocation import start_allocator
+from testbed.crd import install_crd
+from testbed.gpu_nodes import NodeSpec
+from testbed.waiting import running_pods, wait_for
+from testbed.workloads import deployment
+
+pytestmark = [pytest.mark.testbed, pytest.mark.hami]
+
+LABEL = "autopilot"
+ENV = {
+    "HAMI_PLACE_AUTOPILOT_ENABLED": "true",
+    "HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS": "0.5",
+    "HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR": f"hami-place-agent={LABEL}",
+    "HAMI_PLACE_EVICTION_TIMEOUT_SECONDS": "6",
+}
+SPREAD = {"hami.io/node-scheduler-policy": "spread", "hami.io/gpu-scheduler-policy": "spread"}
+
+
+@pytest.fixture(scope="module")
+def pilot(testbed: Any, api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentSet]:
+    install_crd(api)
+    s = AgentSet(testbed, api, tmp_path_factory.mktemp("autopilot"), LABEL, 1, ENV).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def pool(pilot: AgentSet, testbed: Any, api: Any, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """A namespace with three 30% pods spread over one 4-GPU node of its own: one GPU free."""
+    ns = pilot.namespace(request.node.name)
+    node = NodeSpec(f"{ns[:50]}-n0", gpus=4, labels={"pilot-pool": ns})
+    testbed.add_nodes([node])
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    try:
+        for i in range(3):
+            body = deployment(
+                f"slice-{i}",
+                extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
+                pod_annotations=SPREAD,
+            )
+            body["spec"]["template"]["spec"]["nodeSelector"] = {"pilot-pool": ns}
+            apps.create_namespaced_deployment(ns, body)
+            # One at a time: each sees the GPUs the earlier ones took, so spread puts it on a free one.
+            wait_for(f"slice-{i} allocated", lambda i=i: allocated(core, ns, f"app=slice-{i}"), 60)
+        assert whole_free(core, ns, node) == 1
+        yield {"ns": ns, "node": node, "api": api}
+    finally:
+        allocator.stop()
+        for name in [p["metadata"]["name"] for p in list_policies(api)]:
+            with contextlib.suppress(ApiException):
+                delete_policy(api, name)
+        with contextlib.suppress(ApiException):
+            core.delete_node(node.name)
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+def allocated(core: Any, ns: str, selector: str) -> list[Any]:
+    return [
+        p
+        for p in running_pods(core, ns, selector)
+        if p.spec.node_name and "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
+    ]
+
+
+def gpus_used(core: Any, ns: str) -> set[str]:
+    """GPU UUIDs in the running pods' raw hami.io/vgpu-devices-allocated (not read through the model)."""
+    used: set[str] = set()
+    for pod in running_pods(core, ns, "app"):
+        value = (pod.metadata.annotations or {}).get("hami.io/vgpu-devices-allocated", "")
+        used |= {e.split(",")[0] for e in value.replace(";", ":").split(":") if e.startswith("GPU-")}
+    return used
+
+
+def whole_free(core: Any, ns: str, node: NodeSpec) -> int:
+    return node.gpus - len(gpus_used(core, ns))
+
+
+def policy(name: str, ns: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": dp.API_VERSION,
+        "kind": dp.KIND,
+        "metadata": {"name": name, "labels": {"hami-place-agent": LABEL}},
+        "spec": {
+            "triggers": {"freeGPUs": {"below": 3}},
+            "selector": {"namespaces": [ns]},
+            "nodeSelector": {"matchLabels": {"pilot-pool": ns}},
+            "minInterval": "0s",
+            **spec,
+        },
+    }
+    return body
+
+
+def custom(api: Any) -> Any:
+    return client.CustomObjectsApi(api)
+
+
+def create_policy(api: Any, body: dict[str, Any]) -> dict[str, Any]:
+    return dict(custom(api).create_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, body))
+
+
+def get_policy(api: Any, name: str) -> dict[str, Any]:
+    return dict(custom(api).get_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, name))
+
+
+def patch_policy(api: Any, name: str, spec: dict[str, Any]) -> None:
+    custom(api).patch_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, name, {"spec": spec})
+
+
+def delete_policy(api: Any, name: str) -> None:
+    custom(api).delete_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, name)
+
+
+def list_policies(api: Any) -> list[dict[str, Any]]:
+    items = custom(api).list_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL)["items"]
+    return [p for p in items if (p["metadata"].get("labels") or {}).get("hami-place-agent") == LABEL]
+
+
+def status_when(api: Any, name: str, what: str, check: Any, timeout: float = 60) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        st = get_policy(api, name).get("status") or {}
+        return st if check(st) else None
+
+    try:
+        return wait_for(what, probe, timeout, 0.2)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nstatus: {json.dumps(get_policy(api, name).get('status'), indent=1)[:3000]}") from None
+
+
+def placements_of(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
+    items = custom(api).list_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL)["items"]
+    return [p for p in items if (p["metadata"].get("labels") or {}).get(dp.POLICY_LABEL) == name]
+
+
+def policy_events(api: Any, name: str) -> list[Any]:
+    events = client.CoreV1Api(api).list_namespaced_event("default").items
+    return [e for e in events if e.involved_object.kind == dp.KIND and e.involved_object.name == name]
+
+
+# ---- tests ------------------------------------------------------------------------------------------
+def test_dry_run_records_the_plan_and_apply_executes_it(pool: dict[str, Any]) -> None:
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    core = client.CoreV1Api(api)
+    create_policy(api, policy("pack", ns))
+    st = status_when(api, "pack", "a DryRun plan", lambda s: s.get("state") == "Planned")
+    plan = st["plan"]
+    assert st["trigger"] == "1 whole GPUs free (below 3)"
+    assert plan["gpusFreed"] == 2 and len(plan["moves"]) == 2, plan
+    assert all(m["to"].startswith(node.name + "/") for m in plan["moves"])
+    assert "DryRun" in st["message"] and st["conditions"][0]["status"] == "True"
+    wait_for("the Planned event", lambda: [e for e in policy_events(api, "pack") if e.reason == "Planned"], 30)
+    time.sleep(2)  # several evaluations: still nothing moves
+    assert placements_of(api, ns, "pack") == [] and whole_free(core, ns, node) == 1
+
+    patch_policy(api, "pack", {"mode": "Apply"})
+    st = status_when(
+        api, "pack", "two moves done and Idle", lambda s: s.get("movesSucceeded") == 2 and s.get("state") == "Idle", 150
+    )
+    assert st.get("movesFailed", 0) == 0 and not st.get("inFlight")
+    assert [m["result"] for m in st["recentMoves"]] == ["Succeeded", "Succeeded"]
+    wait_for("three whole GPUs free", lambda: whole_free(core, ns, node) == 3 and len(allocated(core, ns, "app")) == 3, 60)
+    done = placements_of(api, ns, "pack")
+    assert len(done) == 2 and all(p["status"]["phase"] == hp.COMPLETED for p in done)
+    reasons = [e.reason for e in policy_events(api, "pack")]
+    assert reasons.count("MoveStarted") == 2 and reasons.count("MoveSucceeded") == 2
+
+
+def test_outside_the_window_nothing_moves(pool: dict[str, Any]) -> None:
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    hour = (time.gmtime().tm_hour + 12) % 24  # twelve hours away: closed now
+    create_policy(api, policy("closed", ns, mode="Apply", window={"schedule": f"0 {hour} * * *", "duration": "1h"}))
+    st = status_when(api, "closed", "waiting for the window", lambda s: s.get("state") == "WaitingForWindow")
+    assert "outside the window" in st["message"] and len(st["plan"]["moves"]) == 2
+    time.sleep(2)
+    assert placements_of(api, ns, "closed") == [] and whole_free(client.CoreV1Api(api), ns, node) == 1
+
+
+def test_per_hour_budget_holds(pool: dict[str, Any]) -> None:
+    api, ns = pool["api"], pool["ns"]
+    create_policy(api, policy("one-an-hour", ns, mode="Apply", budgets={"movesPerHour": 1}))
+    st = status_when(
+        api,
+        "one-an-hour",
+        "one move, then waiting for the budget",
+        lambda s: s.get("movesSucceeded") == 1 and s.get("state") == "WaitingForBudget",
+        120,
+    )
+    assert "1 moves in the last hour (movesPerHour 1)" in st["message"]
+    time.sleep(3)
+    assert len(placements_of(api, ns, "one-an-hour")) == 1
+    assert [e.reason for e in policy_events(api, "one-an-hour")].count("MoveStarted") == 1
+
+
+def test_deleting_the_policy_stops_it(pool: dict[str, Any]) -> None:
+    api, ns = pool["api"], pool["ns"]
+    create_policy(api, policy("gone", ns, mode="Apply", minInterval="1h"))
+    status_when(api, "gone", "the first move done", lambda s: s.get("movesSucceeded") == 1, 120)
+    delete_policy(api, "gone")
+    time.sleep(3)
+    assert len(placements_of(api, ns, "gone")) == 1  # no second move after the deletion
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"window": {"schedule": "0 0 30 2 *", "duration": "1h"}}, "cron '0 0 30 2 *' never fires"),
+        ({"window": {"schedule": "0 2 * * *", "duration": "1h", "timeZone": "Mars/Olympus"}}, "unknown time zone"),
+        ({"selector": {}}, "an empty selector would let the autopilot move any pod"),
+        ({"budgets": {"movesPerHour": -1}}, "spec.budgets.movesPerHour"),
+        ({"window": {"schedule": "0 2 * *", "duration": "1h"}}, "schedule must have five fields"),
+    ],
+)
+def test_bad_policies_are_refused_at_admission(pilot: AgentSet, api: Any, spec: dict[str, Any], message: str) -> None:
+    body = policy("bad", "default", **spec)
+    with pytest.raises(ApiException) as e:
+        create_policy(api, body)
+    assert e.value.status in (403, 422) and message in json.loads(e.value.body)["message"], e.value.body
