@@ -151,15 +151,20 @@ class RoundRobinProxy:
             writer.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        i = self._next % len(self.backends)
+        start = self._next
         self._next += 1
-        self.connections[i] += 1
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.backends[i])
-        except OSError:
-            writer.close()
+        # A backend that refuses connections (a killed replica) is skipped, as a Service drops the
+        # endpoint of a pod that is gone: the next live one takes the connection.
+        for k in range(len(self.backends)):
+            i = (start + k) % len(self.backends)
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.backends[i])
+            except OSError:
+                continue
+            self.connections[i] += 1
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
             return
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        writer.close()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)

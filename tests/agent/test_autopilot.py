@@ -149,7 +149,9 @@ def status_when(api: Any, name: str, what: str, check: Any, timeout: float = 60)
     try:
         return wait_for(what, probe, timeout, 0.2)
     except AssertionError as e:
-        raise AssertionError(f"{e}\nstatus: {json.dumps(get_policy(api, name).get('status'), indent=1)[:3000]}") from None
+        raise AssertionError(
+            f"{e}\nstatus: {json.dumps(get_policy(api, name).get('status'), indent=1)[:3000]}"
+        ) from None
 
 
 def placements_of(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
@@ -183,7 +185,9 @@ def test_dry_run_records_the_plan_and_apply_executes_it(pool: dict[str, Any]) ->
     )
     assert st.get("movesFailed", 0) == 0 and not st.get("inFlight")
     assert [m["result"] for m in st["recentMoves"]] == ["Succeeded", "Succeeded"]
-    wait_for("three whole GPUs free", lambda: whole_free(core, ns, node) == 3 and len(allocated(core, ns, "app")) == 3, 60)
+    wait_for(
+        "three whole GPUs free", lambda: whole_free(core, ns, node) == 3 and len(allocated(core, ns, "app")) == 3, 60
+    )
     done = placements_of(api, ns, "pack")
     assert len(done) == 2 and all(p["status"]["phase"] == hp.COMPLETED for p in done)
     reasons = [e.reason for e in policy_events(api, "pack")]
@@ -240,3 +244,88 @@ def test_bad_policies_are_refused_at_admission(pilot: AgentSet, api: Any, spec: 
     with pytest.raises(ApiException) as e:
         create_policy(api, body)
     assert e.value.status in (403, 422) and message in json.loads(e.value.body)["message"], e.value.body
+
+
+def test_a_pdb_blocked_move_is_recorded_and_another_plan_runs(pool: dict[str, Any]) -> None:
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    core = client.CoreV1Api(api)
+    create_policy(api, policy("blocked", ns))
+    first = status_when(api, "blocked", "a DryRun plan", lambda s: s.get("state") == "Planned")["plan"]["moves"][0]
+    victim = first["pod"].split("/", 1)[1]
+    app = core.read_namespaced_pod(victim, ns).metadata.labels["app"]
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        ns, {"metadata": {"name": "freeze"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}}}
+    )
+    patch_policy(api, "blocked", {"mode": "Apply"})
+    st = status_when(
+        api,
+        "blocked",
+        "the blocked move failed and the others ran",
+        lambda s: s.get("movesFailed") == 1 and s.get("movesSucceeded") == 2 and s.get("state") == "Idle",
+        180,
+    )
+    assert [f["pod"] for f in st["failedPods"]] == [first["pod"]]
+    assert "PodDisruptionBudget" in st["failedPods"][0]["reason"] or "disruption" in st["failedPods"][0]["reason"]
+    started = [e.message for e in policy_events(api, "blocked") if e.reason == "MoveStarted"]
+    assert sum(f"moving {first['pod']} " in m for m in started) == 1, started  # not retried in a loop
+    wait_for("three whole GPUs free", lambda: whole_free(core, ns, node) == 3, 60)
+
+
+def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: Any, api: Any, tmp_path: Any) -> None:
+    label = "autopilot-ha"
+    env = {
+        **ENV,
+        "HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR": f"hami-place-agent={label}",
+        "HAMI_PLACE_LEADER_ELECTION": "true",
+        "HAMI_PLACE_LEASE_DURATION_SECONDS": "3",
+        "HAMI_PLACE_LEASE_NAME": f"hami-place-pilot-{int(time.time())}",
+        "HAMI_PLACE_NAMESPACE": "default",
+    }
+    install_crd(api)
+    s = AgentSet(testbed, api, tmp_path / "ha", label, 2, env).start()
+    ns = s.namespace("pilot-ha")
+    node = NodeSpec(f"{ns[:50]}-n0", gpus=4, labels={"pilot-pool": ns})
+    testbed.add_nodes([node])
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    try:
+        for i in range(3):
+            body = deployment(
+                f"slice-{i}",
+                extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
+                pod_annotations=SPREAD,
+            )
+            body["spec"]["template"]["spec"]["nodeSelector"] = {"pilot-pool": ns}
+            apps.create_namespaced_deployment(ns, body)
+            wait_for(f"slice-{i} allocated", lambda i=i: allocated(core, ns, f"app=slice-{i}"), 60)
+        body = policy("ha", ns, mode="Apply")
+        body["metadata"]["labels"]["hami-place-agent"] = label
+        create_policy(api, body)
+        flight = status_when(api, "ha", "a move in flight", lambda st: st.get("inFlight"), 60)["inFlight"]
+
+        def leaders() -> list[Any]:
+            out = []
+            for a in s.agents:
+                with contextlib.suppress(Exception):
+                    code, raw = a.get("/readyz")
+                    if code == 200 and json.loads(raw)["checks"]["leader"]["leader"]:
+                        out.append(a)
+            return out
+
+        leader = wait_for("one leader", lambda: (ls := leaders()) and len(ls) == 1 and ls, 20)[0]
+        leader.kill()
+        st = status_when(api, "ha", "both moves done by the new leader", lambda x: x.get("movesSucceeded") == 2, 180)
+        assert st.get("movesFailed", 0) == 0
+        made = placements_of(api, ns, "ha")
+        pods = [p["spec"]["evictPod"] for p in made]
+        assert len(made) == 2 and len(set(pods)) == 2, pods  # one placement, so one eviction, per move
+        assert any(p["metadata"]["name"] == flight["placement"].split("/", 1)[1] for p in made)
+        started = [e.message for e in policy_events(api, "ha") if e.reason == "MoveStarted"]
+        assert len(started) == 2, started
+    finally:
+        allocator.stop()
+        with contextlib.suppress(ApiException):
+            delete_policy(api, "ha")
+        s.stop()
+        with contextlib.suppress(ApiException):
+            core.delete_node(node.name)
