@@ -172,6 +172,12 @@ class Autopilot:
             if await self._write(obj, _with(status, now, obj, "Planned", msg)) and changed:
                 await self._event(obj, "Planned", msg)
             return
+        if d.pins_pending_pod and d.pending is not None and not _has_controller(d.pending.pod):
+            # A standalone pod is never deleted: the room is made, and HAMi places it.
+            msg = f"room is made for {d.pending.key} (no controller: the scheduler places it itself)"
+            if await self._write(obj, _with(status, now, obj, "Planned", msg)) and changed:
+                await self._event(obj, "Planned", msg)
+            return
         waiting = self._wait_reason(policy, status, now)
         if waiting is not None:
             state, msg = waiting
@@ -321,6 +327,8 @@ class Autopilot:
     async def _write(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
         """PUT the status with the resourceVersion the decision was made on; False on a conflict."""
         meta = obj.get("metadata") or {}
+        if _unchanged(obj.get("status"), status):
+            return True  # only the evaluation time moved, and not by much: spare the API server a write
         body = {
             "apiVersion": dp.API_VERSION,
             "kind": dp.KIND,
@@ -356,6 +364,28 @@ def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[i
     if pod is None:
         return None
     return key, str((pod.get("metadata") or {}).get("uid") or ""), node, gpus
+
+
+# lastEvaluationTime alone is refreshed at most this often (each evaluation still happens).
+EVALUATION_STAMP_EVERY = dt.timedelta(seconds=60)
+
+
+def _unchanged(old: object, new: dict[str, Any]) -> bool:
+    if not isinstance(old, dict):
+        return False
+    strip = ("lastEvaluationTime", "plan")
+    if {k: v for k, v in old.items() if k not in strip} != {
+        k: v for k, v in new.items() if k not in strip and v is not None
+    }:
+        return False
+    if _plan_key(old.get("plan")) != _plan_key(new.get("plan")):
+        return False
+    before, after = dp.parse_time(old.get("lastEvaluationTime")), dp.parse_time(new.get("lastEvaluationTime"))
+    return before is not None and after is not None and after - before < EVALUATION_STAMP_EVERY
+
+
+def _has_controller(pod: Any) -> bool:
+    return any(o.get("controller") for o in (pod.get("metadata") or {}).get("ownerReferences") or ())
 
 
 def _record_result(
