@@ -41,11 +41,23 @@ DEFAULT_MAX_MOVES = 10
     help="Per move: stop following after this long (exit 1; the placement stays).",
 )
 @eviction_timeout_option("Per move: fail it (and stop) if PDBs block its eviction this long (agent default 5m).")
+@click.option(
+    "--for",
+    "for_pod",
+    metavar="POD",
+    help="Make room for this Pending pod (in -n's namespace) instead, then put it on the room made.",
+)
 @selector_option("Only nodes with these labels: defragment one node pool (e.g. -l pool=a100).")
 @agent_options
 @kube_options
 def defrag(
-    do_apply: bool, objective: str, max_moves: int, excluded: tuple[str, ...], selector: str | None, **kw: Any
+    do_apply: bool,
+    objective: str,
+    max_moves: int,
+    excluded: tuple[str, ...],
+    selector: str | None,
+    for_pod: str | None = None,
+    **kw: Any,
 ) -> None:
     """Defragment the cluster: plan moves that free whole GPUs, then execute them safely.
 
@@ -59,17 +71,25 @@ def defrag(
       kubectl hami-place defrag                       # what would move (no changes)
       kubectl hami-place defrag --apply --max-moves 5
       kubectl hami-place defrag --apply --objective fragmentation --exclude-namespace prod
+      kubectl hami-place defrag --for train-0 -n ml --apply   # make room for a Pending pod, then place it
+
+    With --for, the moves are those of `plan --for` (re-planned from the live cluster after each);
+    then the pending pod is evicted so that its controller recreates it pinned to the room made
+    (a Pending pod has no running container to lose). A pod without a controller is never deleted:
+    the room is made and the scheduler places it.
     """
     from dataclasses import replace
 
-    from hami_place_core import placement as hp
     from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
     from kubectl_hami_place.inspect_cmd import live_state
     from kubectl_hami_place.kube import Kube
-    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
-    from kubectl_hami_place.workloads import get_pod, pod_workload
 
     kube = Kube(kw["kubeconfig"], kw["context"], kw["namespace"], False, kw["request_timeout"])
+    if for_pod:
+        from kubectl_hami_place.room import defrag_for
+
+        defrag_for(kube, for_pod, do_apply, max_moves, excluded, selector, kw)
+        return
     base = PlanOptions(
         objective=objective,  # type: ignore[arg-type]
         excluded_namespaces=frozenset({"kube-system", *excluded}),
@@ -100,23 +120,31 @@ def defrag(
                 break
             m = current.moves[0]
             click.echo(f"move {done + 1}: {_describe(m)}")
-            pod = get_pod(kube, m.namespace, m.name)
-            wl = pod_workload(kube, pod)
-            req_id = hp.new_req_id()
-            name = hp.placement_name(f"defrag-{m.name}", req_id)
-            gpus = tuple(m.gpu_devices)
-            manifest = placement_manifest(
-                m.namespace, name, req_id, wl.selector, m.to_node, gpus, m.name, kw["eviction_timeout"]
-            )
-            manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
-            create_placement(kube, manifest, None)
-            follow_placement(kube, m.namespace, name, kw, kw["timeout"])
+            execute_move(kube, m, kw)
             used[m.workload or m.pod] += 1
             done += 1
     except UserError as e:
         _summary(kube, start, done, selector)
         raise UserError(f"defrag stopped at move {done + 1}: {e}") from e
     _summary(kube, start, done, selector)
+
+
+def execute_move(kube: Any, m: Any, kw: dict[str, Any]) -> None:
+    """One move through a HamiPodPlacement with evictPod, followed until Completed (UserError if not)."""
+    from hami_place_core import placement as hp
+    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
+    from kubectl_hami_place.workloads import get_pod, pod_workload
+
+    pod = get_pod(kube, m.namespace, m.name)
+    wl = pod_workload(kube, pod)
+    req_id = hp.new_req_id()
+    name = hp.placement_name(f"defrag-{m.name}", req_id)
+    manifest = placement_manifest(
+        m.namespace, name, req_id, wl.selector, m.to_node, tuple(m.gpu_devices), m.name, kw["eviction_timeout"]
+    )
+    manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
+    create_placement(kube, manifest, None)
+    follow_placement(kube, m.namespace, name, kw, kw["timeout"])
 
 
 def _describe(m: Any) -> str:

@@ -50,6 +50,19 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
     help="Plan on a snapshot written by `inspect -o json` instead of the live cluster; `example` is the "
     "shipped 1,213-node openb cluster (a local file named example: ./example).",
 )
+@click.option(
+    "--for",
+    "for_pod",
+    metavar="POD",
+    help="Instead: the fewest moves after which this Pending pod (in -n's namespace) fits, and where it goes.",
+)
+@click.option(
+    "--for-request",
+    metavar="SPEC",
+    help="Instead: the fewest moves after which a pod asking for SPEC fits, e.g. "
+    "gpus=4,gpumem-percentage=50,type=A100,node-selector=pool=a (keys: gpus, gpumem, gpumem-percentage, "
+    "gpucores, type, nouse-type, uuid, nouse-uuid, node-selector, toleration, cpu, memory).",
+)
 @selector_option("Only nodes with these labels: plan for one node pool (live cluster only).")
 @kube_options
 def plan(
@@ -67,8 +80,11 @@ def plan(
     namespace: str | None,
     all_namespaces: bool,
     request_timeout: float | None,
+    for_pod: str | None = None,
+    for_request: str | None = None,
 ) -> None:
-    """Plan pod moves that free whole GPUs (or lower fragmentation). Changes nothing.
+    """Plan pod moves that free whole GPUs (or lower fragmentation), or that make room for one
+    pod (--for, --for-request). Changes nothing.
 
     Every move is valid in the state the moves before it leave: HAMi's Fit holds on the target
     GPUs (memory, cores, share slots, GPU type and UUID selectors) and kube-scheduler would accept
@@ -82,6 +98,8 @@ def plan(
       kubectl hami-place plan --max-moves 20 --exclude-namespace prod
       kubectl hami-place plan --objective fragmentation -o json
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
+      kubectl hami-place plan --for train-0 -n ml         # the moves after which Pending pod train-0 fits
+      kubectl hami-place plan --snapshot example --for-request gpus=8
     """
     from hami_place_core.planning import PlanOptions, SolverUnavailable
     from hami_place_core.planning import plan as make_plan
@@ -115,6 +133,9 @@ def plan(
         max_moves_per_gpu=max_moves_per_gpu,
         solver=solver,  # type: ignore[arg-type]
     )
+    if for_pod or for_request:
+        _plan_room(state, options, source, output, kube, for_pod, for_request, raw_pods)
+        return
     try:
         result = make_plan(state, options)
     except SolverUnavailable as e:
@@ -140,6 +161,42 @@ def plan(
         click.echo("\n".join(parts))
     else:
         click.echo(render_plan(result, source))
+
+
+def _plan_room(
+    state: Any,
+    options: Any,
+    source: str,
+    output: str,
+    kube: Any,
+    for_pod: str | None,
+    for_request: str | None,
+    raw_pods: list[dict[str, Any]],
+) -> None:
+    """`plan --for/--for-request`: the fewest moves after which the pod fits; exit 1 when none do."""
+    from hami_place_core.planning.make_room import make_room
+    from kubectl_hami_place.room import headline, no_room, render_room, room_json, room_request
+
+    request, _ = room_request(kube, for_pod, for_request)
+    room = make_room(state, request, options)
+    if not room.ok:
+        raise no_room(room)
+    if output == "json":
+        click.echo(room_json(room, source))
+    elif output == "yaml":
+        pods = {f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}": p for p in raw_pods}
+        parts = [f"# {headline(room)}\n# Apply one at a time, in order, each after the one before is Completed."]
+        for i, (m, doc) in enumerate(zip(room.moves, placements(room, pods, kube), strict=True), start=1):
+            parts.append(f"---\n# {i}. {describe(m)}\n" + _yaml(doc))
+        click.echo("\n".join(parts))
+    else:
+        click.echo(render_room(room, source))
+
+
+def _yaml(doc: dict[str, Any]) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(doc, sort_keys=False)).rstrip()
 
 
 def _headline(result: Any) -> str:

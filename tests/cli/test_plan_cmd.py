@@ -216,3 +216,52 @@ def test_solver_exact_without_highspy_is_a_user_error(subset14: str, monkeypatch
     assert str(result.exception) == "the exact planner needs HiGHS: pip install 'hami-place[exact]' (highspy and numpy)"
     auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
     assert (auto["solver"], auto["solverNote"]) == ("greedy", "exact planner not installed (highspy)")
+
+
+# ---- plan --for-request (issue 23): making room for one pod ------------------------------------------
+@pytest.fixture
+def scattered(tmp_path: Path) -> str:
+    """One 4-GPU node, 30% pods on GPUs 0-2: a 2-GPU pod fits only after one move."""
+    nodes = [node("n1", 4)]
+    pods = [pod(f"s{i}", "n1", (i,), 30, labels={"app": f"s{i}", "pod-template-hash": "h"}) for i in range(3)]
+    return write_snapshot(tmp_path / "scattered.json", nodes, pods)
+
+
+def test_for_request_names_the_moves_and_the_gpus(scattered: str) -> None:
+    out = ok("--snapshot", scattered, "--for-request", "gpus=2")
+    assert out.splitlines()[0].startswith("request (2 GPUs, 100% memory each, 100% cores each) fits on n1 ")
+    assert "after 1 move" in out.splitlines()[0]
+    doc = json.loads(ok("--snapshot", scattered, "--for-request", "gpus=2", "-o", "json"))
+    assert doc["fits"] and doc["node"] == "n1" and len(doc["gpus"]) == 2 and len(doc["moves"]) == 1
+    from hami_place_core.planning import check_moves
+    from hami_place_core.snapshot import load_snapshot
+
+    nodes, pods, _ = load_snapshot(scattered)
+    state = build_state(nodes, pods)
+    assert not check_moves(state, moves_of(doc))
+    # the pod's GPUs are the ones the moves leave whole
+    moved_to = {m["to"]["gpus"][0] for m in doc["moves"]}
+    assert not moved_to & set(doc["gpus"])
+    manifests = ok("--snapshot", scattered, "--for-request", "gpus=2", "-o", "yaml")
+    assert manifests.count("kind: HamiPodPlacement") == 1 and "evictPod:" in manifests
+
+
+def test_for_request_that_cannot_fit_says_why_and_exits_1(scattered: str) -> None:
+    result = invoke("--snapshot", scattered, "--for-request", "gpus=8")
+    assert result.exit_code == 1 and isinstance(result.exception, UserError)
+    assert "no room for request (8 GPUs" in str(result.exception)
+    result = invoke("--snapshot", scattered, "--for-request", "gpus=2", "--max-moves", "0")
+    assert result.exit_code == 1 and "no room for request" in str(result.exception)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--for-request", "gpus=2,bogus=1"), "--for-request: unknown key 'bogus'"),
+        (("--for-request", "gpus=2", "--for", "x"), "--for and --for-request exclude each other"),
+        (("--for", "x"), "--for POD needs the live cluster"),
+    ],
+)
+def test_for_usage_errors_exit_2(scattered: str, args: tuple[str, ...], message: str) -> None:
+    result = invoke("--snapshot", scattered, *args)
+    assert result.exit_code == 2 and message in result.output, result.output

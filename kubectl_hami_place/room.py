@@ -1,0 +1,161 @@
+"""Making room for one pod from the command line: `plan --for/--for-request` and `defrag --for`.
+
+The planning is the core's (hami_place_core/planning/make_room.py); this module turns what the
+user names into a RoomRequest, explains a plan (or why there is none) and pins the pending pod on
+the room made.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubectl_hami_place.errors import UserError
+
+
+def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any, dict[str, Any] | None]:
+    """The request of `--for POD` (a pending pod of the current namespace) or `--for-request SPEC`,
+    and the pod object (None for a hypothetical request)."""
+    from hami_place_core.planning.make_room import RoomRequest, parse_room_request
+
+    if pod_name and spec:
+        raise click_usage("--for and --for-request exclude each other")
+    if spec:
+        try:
+            return parse_room_request(spec), None
+        except ValueError as e:
+            raise click_usage(f"--for-request: {e}") from e
+    assert pod_name
+    if kube is None:
+        raise click_usage("--for POD needs the live cluster (use --for-request with --snapshot)")
+    from kubectl_hami_place.workloads import get_pod
+
+    ns = kube.effective_namespace()
+    pod = get_pod(kube, ns, pod_name)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        raise UserError(
+            f"pod {ns}/{pod_name} is already scheduled (on node {node}); --for takes a Pending pod "
+            "(use --for-request to plan for another pod like it)"
+        )
+    try:
+        # A pod that exists has been through HAMi's admission webhook: its request is final.
+        return RoomRequest.from_pod(pod, webhook=False), pod
+    except ValueError as e:
+        raise UserError(str(e)) from e
+
+
+def click_usage(message: str) -> Exception:
+    import click
+
+    return click.UsageError(message)
+
+
+def headline(room: Any) -> str:
+    where = f"{room.node} {','.join(room.gpu_devices)}"
+    n = len(room.moves)
+    if not room.moves:
+        return f"{room.request.name} ({room.request.describe()}) fits now on {where}: no moves needed"
+    return f"{room.request.name} ({room.request.describe()}) fits on {where} after {n} move{'s' if n != 1 else ''}"
+
+
+def render_room(room: Any, source: str) -> str:
+    from tabulate import tabulate
+
+    lines = [headline(room), f"source: {source}", ""]
+    if room.moves:
+        rows = [
+            (
+                i,
+                m.pod,
+                f"{m.from_node} {','.join(f'gpu-{g}' for g in m.from_gpus)}",
+                f"{m.to_node} {','.join(m.gpu_devices)}",
+                m.reason,
+            )
+            for i, m in enumerate(room.moves, start=1)
+        ]
+        lines.append(tabulate(rows, headers=["#", "POD", "FROM", "TO", "WHY"], tablefmt="plain", disable_numparse=True))
+        lines.append("")
+    for note in room.request.notes:
+        lines.append(f"note: {note}")
+    lines.append(f"planned in {room.seconds:.2f}s over {room.nodes_tried} candidate nodes")
+    return "\n".join(lines)
+
+
+def room_json(room: Any, source: str) -> str:
+    return json.dumps({"source": source, **room.as_dict()}, indent=2)
+
+
+def no_room(room: Any) -> UserError:
+    return UserError(f"no room for {room.request.name} ({room.request.describe()}): {room.reason}")
+
+
+def pin_pending(kube: Any, pod: dict[str, Any], room: Any, kw: dict[str, Any]) -> str:
+    """Put the pending pod on the room made: a placement for its workload that evicts the pending
+    pod, so its controller recreates it pinned there. A pod without a controller is left alone
+    (never deleted): the scheduler places it on the room made. Returns what was done."""
+    from hami_place_core import placement as hp
+    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
+    from kubectl_hami_place.workloads import pod_workload
+
+    meta = pod["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    if not any(o.get("controller") for o in meta.get("ownerReferences") or ()):
+        return f"room made for {ns}/{name}; it has no controller, so the scheduler places it (it is never deleted)"
+    wl = pod_workload(kube, pod)
+    req_id = hp.new_req_id()
+    placement = hp.placement_name(f"room-{name}", req_id)
+    manifest = placement_manifest(
+        ns, placement, req_id, wl.selector, room.node, tuple(room.gpu_devices), name, kw.get("eviction_timeout")
+    )
+    manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
+    create_placement(kube, manifest, None)
+    follow_placement(kube, ns, placement, kw, kw["timeout"])
+    where = f"{room.node} {','.join(room.gpu_devices)}"
+    return f"{ns}/{name} recreated by its controller on {where} (placement {placement})"
+
+
+def defrag_for(
+    kube: Any, pod_name: str, do_apply: bool, max_moves: int, excluded: tuple[str, ...], selector: str | None, kw: Any
+) -> None:
+    """`defrag --for POD`: print the plan, or (--apply) make each move, re-planning from the live
+    cluster after each, then put the pending pod on the room made."""
+    import click
+
+    from hami_place_core.planning import PlanOptions
+    from hami_place_core.planning.make_room import make_room
+    from kubectl_hami_place.defrag_cmd import _describe, execute_move
+    from kubectl_hami_place.inspect_cmd import live_state
+
+    def options(done: int) -> Any:
+        return PlanOptions(
+            max_moves=max_moves - done,
+            excluded_namespaces=frozenset({"kube-system", *excluded}),
+            max_moves_per_workload=kw["max_moves_per_workload"],
+            solver="greedy",
+        )
+
+    request, pod = room_request(kube, pod_name, None)
+    assert pod is not None
+    room = make_room(live_state(kube, selector), request, options(0))
+    if not room.ok:
+        raise no_room(room)
+    click.echo(headline(room))
+    if not do_apply:
+        for i, m in enumerate(room.moves, 1):
+            click.echo(f"  {i}. {_describe(m)}")
+        click.echo("dry run: nothing changed; run with --apply to execute")
+        return
+    done = 0
+    while room.moves:
+        click.echo(f"move {done + 1}: {_describe(room.moves[0])}")
+        try:
+            execute_move(kube, room.moves[0], kw)
+        except UserError as e:
+            raise UserError(f"defrag --for stopped at move {done + 1}: {e}") from e
+        done += 1
+        room = make_room(live_state(kube, selector), request, options(done))
+        if not room.ok:
+            raise UserError(f"after {done} moves the room is gone: {room.reason}")
+    click.echo(f"room made after {done} moves: {headline(room)}")
+    click.echo(pin_pending(kube, pod, room, kw))
