@@ -206,13 +206,14 @@ class Autopilot:
         if step is None:
             await self._write(obj, _with(status, now, obj, "Blocked", "the pod to move is gone from the cache"))
             return
-        pod_key, pod_uid, node, gpus = step
+        pod_key, pod_uid, node, gpus, workload = step
         started = dp.format_time(now)
         name, req_id = move_placement_name(policy.name, pod_uid, started)
         namespace = pod_key.split("/", 1)[0]
         status["inFlight"] = {
             "placement": f"{namespace}/{name}",
             "pod": pod_key,
+            "workload": workload,
             "podUID": pod_uid,
             "startedAt": started,
             "node": node,
@@ -251,11 +252,15 @@ class Autopilot:
         pod = self.cache.pod(pod_ns, pod_name)
         if pod is None:
             return f"pod {flight['pod']} is gone"
+        try:
+            selector = hp.replacement_selector(pod, await self._owner(pod))
+        except (kube_errors.KubeError, ValueError) as e:
+            return f"no selector for the replacement of {flight['pod']}: {e}"
         manifest = hp.new_placement(
             namespace,
             name,
             str(flight["reqID"]),
-            hp.replacement_selector(pod, None),
+            selector,
             str(flight["node"]),
             list(flight["gpus"]),
             evict_pod=pod_name,
@@ -278,6 +283,18 @@ class Autopilot:
             return f"placement {namespace}/{name} was refused: {e}"[:500]
         self.cache.apply("placements", {"type": "ADDED", "object": created})
         return ""
+
+    async def _owner(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The pod's controller, whose selector its replacement carries. The pod's own labels are
+        not enough: a scheduler may label a running pod (HAMi does), and its replacement, without
+        those labels, would never claim the placement."""
+        found = hp.owner_path(pod)
+        if found is None:
+            return None
+        kind, path = found
+        owner = dict(await self.kube.request("GET", path))
+        owner.setdefault("kind", kind)
+        return owner
 
     # ---- following a move --------------------------------------------------------------------------
     async def _settle(
@@ -349,7 +366,7 @@ class Autopilot:
 
 
 # ---- status pieces (plain functions) -----------------------------------------------------------------
-def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[int, ...]] | None:
+def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[int, ...], str | None] | None:
     """(pod key, pod UID, node, GPUs) of what to move now: the plan's first move, or the pending
     pod itself once its room is made."""
     if d.moves:
@@ -363,7 +380,7 @@ def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[i
     pod = cache.pod(namespace, name)
     if pod is None:
         return None
-    return key, str((pod.get("metadata") or {}).get("uid") or ""), node, gpus
+    return key, str((pod.get("metadata") or {}).get("uid") or ""), node, gpus, hp.workload_key(pod)
 
 
 # lastEvaluationTime alone is refreshed at most this often (each evaluation still happens).
@@ -405,7 +422,10 @@ def _record_result(
         failed = [
             f for f in status.get("failedPods") or [] if isinstance(f, dict) and f.get("pod") != flight.get("pod")
         ]
-        failed.append({"pod": flight.get("pod"), "failedAt": dp.format_time(now), "reason": why[:500]})
+        entry = {"pod": flight.get("pod"), "failedAt": dp.format_time(now), "reason": why[:500]}
+        if flight.get("workload"):
+            entry["workload"] = flight["workload"]
+        failed.append(entry)
         status["failedPods"] = failed[-200:]
     return status
 

@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_place_core.planning.make_room import RoomRequest, make_room
-
+from hami_place_core import placement as hp
 from hami_place_core.defrag_policy import Policy
 from hami_place_core.pending import PendingPod, pending_gpu_pods
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning.bounds import counted_gpus, restrict
+from hami_place_core.planning.make_room import RoomRequest, make_room
 from hami_place_core.planning.model import Move
 from hami_place_core.state import ClusterState
 
@@ -59,10 +59,13 @@ def kept_pods(
     policy: Policy, state: ClusterState, pods: Mapping[str, Mapping[str, Any]], cooling: Mapping[str, str]
 ) -> dict[str, str]:
     """Pods the plan must leave alone: outside the policy's selector, or their move failed recently."""
-    kept = {k: f"its move failed within the hour ({why or 'no reason recorded'})" for k, why in cooling.items()}
+    kept = {}
     for key in state.pods:
         pod = pods.get(key)
-        if key not in kept and (pod is None or not policy.selects_pod(pod)):
+        why = cooling.get(key) or cooling.get(hp.workload_key(pod) or "")
+        if why is not None:
+            kept[key] = f"its move (or its workload's) failed within the hour ({why or 'no reason recorded'})"
+        elif pod is None or not policy.selects_pod(pod):
             kept[key] = f"not selected by policy {policy.name}"
     return kept
 
@@ -149,7 +152,11 @@ def decide(
     view = pool(policy, state)
     options = _options(policy, kept_pods(policy, view, pods, cooling), excluded)
     if policy.pending_after is not None:
-        candidates = (pod for pod in pods.values() if policy.selects_pod(pod) and _pod_key(pod) not in cooling)
+        candidates = (
+            pod
+            for pod in pods.values()
+            if policy.selects_pod(pod) and _pod_key(pod) not in cooling and hp.workload_key(pod) not in cooling
+        )
         waiting = pending_gpu_pods(candidates, now, policy.pending_after)
         if waiting:
             return _for_pending(policy, view, options, waiting, now)

@@ -289,7 +289,9 @@ def budget_wait(policy: Policy, moves: Sequence[RecentMove], now: dt.datetime) -
 
 
 def cooling_pods(status: Mapping[str, Any] | None, now: dt.datetime) -> dict[str, str]:
-    """Pods (namespace/name) whose move failed within FAILED_POD_COOLDOWN, with why."""
+    """Pods (namespace/name) and workloads (namespace/Kind/name) whose move failed within
+    FAILED_POD_COOLDOWN, with why: a failed pod's replacement has a new name but the same workload,
+    and must not be tried again either."""
     out = {}
     for f in (status or {}).get("failedPods") or ():
         if not isinstance(f, Mapping) or not isinstance(f.get("pod"), str):
@@ -297,4 +299,6 @@ def cooling_pods(status: Mapping[str, Any] | None, now: dt.datetime) -> dict[str
         at = parse_time(f.get("failedAt"))
         if at is not None and now - at < FAILED_POD_COOLDOWN:
             out[f["pod"]] = str(f.get("reason") or "")
+            if isinstance(f.get("workload"), str) and f["workload"]:
+                out[f["workload"]] = out[f["pod"]]
     return out

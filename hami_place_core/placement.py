@@ -432,6 +432,25 @@ def new_placement(
     }
 
 
+# Where a pod's controlling owner is read (its spec.selector is what a replacement carries).
+OWNER_PATHS = {
+    "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
+    "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}",
+    "Job": "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+}
+
+
+def owner_path(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, API path) of the pod's controlling owner, or None (standalone, or a kind not read)."""
+    meta = pod.get("metadata") or {}
+    ref = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    if ref is None or ref.get("kind") not in OWNER_PATHS:
+        return None
+    return str(ref["kind"]), OWNER_PATHS[ref["kind"]].format(ns=meta.get("namespace", ""), name=ref.get("name", ""))
+
+
 def replacement_selector(pod: Mapping[str, Any], owner: Mapping[str, Any] | None) -> dict[str, Any]:
     """The podSelector that matches the pod's replacement, from its controller's own selector.
 

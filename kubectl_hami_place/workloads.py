@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core.kube import errors as kube_errors
-from hami_place_core.placement import replacement_selector
+from hami_place_core.placement import owner_path, replacement_selector
 from hami_place_core.selectors import SelectorError, parse_selector
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
@@ -22,13 +22,6 @@ KINDS: dict[str, tuple[str, str]] = {
     "rs": ("ReplicaSet", "/apis/apps/v1/namespaces/{ns}/replicasets/{name}"),
     "replicaset": ("ReplicaSet", "/apis/apps/v1/namespaces/{ns}/replicasets/{name}"),
     "replicasets": ("ReplicaSet", "/apis/apps/v1/namespaces/{ns}/replicasets/{name}"),
-}
-OWNER_PATHS = {
-    "ReplicaSet": "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
-    "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
-    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
-    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets/{name}",
-    "Job": "/apis/batch/v1/namespaces/{ns}/jobs/{name}",
 }
 
 
@@ -84,13 +77,14 @@ def get_pod(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 def controller_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's controlling owner object, or None for a standalone pod (or an unknown kind)."""
-    meta = pod.get("metadata") or {}
-    ref = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-    if ref is None or ref.get("kind") not in OWNER_PATHS:
+    found = owner_path(pod)
+    if found is None:
         return None
-    ns, name = meta.get("namespace", ""), ref.get("name", "")
-    owner = _get(kube, OWNER_PATHS[ref["kind"]].format(ns=ns, name=name), f"{ref['kind']} {ns}/{name}")
-    owner.setdefault("kind", ref["kind"])
+    kind, path = found
+    meta = pod.get("metadata") or {}
+    ref = next(o for o in meta.get("ownerReferences") or () if o.get("controller"))
+    owner = _get(kube, path, f"{kind} {meta.get('namespace', '')}/{ref.get('name', '')}")
+    owner.setdefault("kind", kind)
     return owner
 
 

@@ -329,3 +329,64 @@ def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: An
         s.stop()
         with contextlib.suppress(ApiException):
             core.delete_node(node.name)
+
+
+def plan_for(testbed: Any, ns: str, pod: str) -> dict[str, Any]:
+    """`kubectl hami-place plan --for POD -o json` against the test bed (the CLI in-process)."""
+    from click.testing import CliRunner
+
+    from kubectl_hami_place.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["plan", "--for", pod, "-n", ns, "--kubeconfig", str(testbed.kubeconfig), "-o", "json"]
+    )
+    assert result.exit_code == 0, (result.output, result.exception)
+    return dict(json.loads(result.stdout))
+
+
+def test_a_pending_two_gpu_pod_gets_room_made_and_runs_on_the_named_gpus(pool: dict[str, Any], testbed: Any) -> None:
+    """The issue's acceptance: free GPU capacity scattered (three 30% pods on three GPUs, one GPU
+    whole), a pod asking 2 whole GPUs stays Pending; `plan --for` names the moves, a DryRun policy
+    writes the same plan and evicts nothing, Apply makes the pod Running on the named GPUs."""
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    big = deployment("big", gpu=2)
+    big["spec"]["template"]["spec"]["nodeSelector"] = {"pilot-pool": ns}
+    apps.create_namespaced_deployment(ns, big)
+
+    def unschedulable() -> Any:
+        for p in core.list_namespaced_pod(ns, label_selector="app=big").items:
+            cond = next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
+            if cond is not None and cond.status == "False" and cond.reason == "Unschedulable":
+                return p
+        return None
+
+    pending = wait_for("the 2-GPU pod Unschedulable", unschedulable, 60)
+    planned = plan_for(testbed, ns, pending.metadata.name)
+    assert planned["fits"] and planned["node"] == node.name and len(planned["moves"]) == 1, planned
+    gpus = [f"gpu-{i}" for i in planned["gpus"]]
+
+    create_policy(api, policy("room", ns, triggers={"pendingPods": {"after": "1s"}}))
+    st = status_when(api, "room", "a DryRun plan for the pod", lambda s: (s.get("plan") or {}).get("forPod"))
+    assert st["plan"]["forPod"] == f"{ns}/{pending.metadata.name}" and st["state"] == "Planned"
+    assert st["plan"]["node"] == node.name and st["plan"]["gpus"] == gpus
+    assert [m["pod"] for m in st["plan"]["moves"]] == [m["pod"] for m in planned["moves"]]
+    wait_for("the Planned event", lambda: [e for e in policy_events(api, "room") if e.reason == "Planned"], 30)
+    time.sleep(2)
+    assert placements_of(api, ns, "room") == []
+
+    patch_policy(api, "room", {"mode": "Apply"})
+
+    def running_on_target() -> Any:
+        for p in allocated(core, ns, "app=big"):
+            value = p.metadata.annotations["hami.io/vgpu-devices-allocated"]
+            got = sorted({e.split(",")[0] for e in value.replace(";", ":").split(":") if e.startswith("GPU-")})
+            return p if got == sorted(node.gpu_uuid(i) for i in planned["gpus"]) else None
+        return None
+
+    wait_for("the 2-GPU pod Running on the named GPUs", running_on_target, 180)
+    made = placements_of(api, ns, "room")
+    moved = [p["spec"]["evictPod"] for p in made if not p["spec"]["evictPod"].startswith("big-")]
+    assert len(moved) == len(planned["moves"]), made  # within that many moves (plus the pending pod's own pin)
+    st = status_when(api, "room", "idle again", lambda s: s.get("state") == "Idle", 60)
+    assert st.get("movesFailed", 0) == 0, json.dumps(st, indent=1)
