@@ -220,6 +220,43 @@ def test_per_hour_budget_holds(pool: dict[str, Any]) -> None:
     assert [e.reason for e in policy_events(api, "one-an-hour")].count("MoveStarted") == 1
 
 
+def test_minimum_interval_holds(pool: dict[str, Any]) -> None:
+    api, ns = pool["api"], pool["ns"]
+    create_policy(api, policy("spaced", ns, mode="Apply", minInterval="1h"))
+    st = status_when(
+        api,
+        "spaced",
+        "one move, then waiting for the interval",
+        lambda s: s.get("movesSucceeded") == 1 and s.get("state") == "WaitingForBudget",
+        120,
+    )
+    assert "(minInterval 3600s)" in st["message"] and len(st["plan"]["moves"]) == 1  # the next move is planned
+    time.sleep(3)
+    assert [e.reason for e in policy_events(api, "spaced")].count("MoveStarted") == 1
+
+
+def test_metrics_count_evaluations_and_moves(pilot: AgentSet, pool: dict[str, Any]) -> None:
+    api, ns = pool["api"], pool["ns"]
+    create_policy(api, policy("counted", ns, mode="Apply", budgets={"movesPerHour": 1}))
+    status_when(api, "counted", "one move done", lambda s: s.get("movesSucceeded") == 1, 120)
+
+    def metric(name: str, **labels: str) -> float:
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in pilot.agent.get("/metrics")[1].decode().splitlines():
+            if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.split()[-1])
+        raise AssertionError(f"no {name}{{{want}}}")
+
+    assert metric("hami_place_autopilot_moves_total", policy="counted", result="started") == 1
+    wait_for(
+        "the success counted",
+        lambda: metric("hami_place_autopilot_moves_total", policy="counted", result="succeeded") == 1,
+        30,
+    )
+    assert metric("hami_place_autopilot_evaluations_total", policy="counted", result="planned") >= 2
+    assert metric("hami_place_autopilot_plan_moves", policy="counted") == 1  # the next move, waiting
+
+
 def test_deleting_the_policy_stops_it(pool: dict[str, Any]) -> None:
     api, ns = pool["api"], pool["ns"]
     create_policy(api, policy("gone", ns, mode="Apply", minInterval="1h"))
