@@ -39,7 +39,7 @@ from agent.leader import LeaderElector
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
-from hami_place_core.planning.model import Move
+from hami_place_core.planning.model import Move, copy_state
 
 log = logging.getLogger("hami_place.agent.autopilot")
 
@@ -142,9 +142,13 @@ class Autopilot:
             for k, pod in self.cache.pods_by_key().items()
             if self.cache.serves(k.split("/", 1)[0], s.excluded_namespaces, s.namespace_labels())
         }
-        decision = decide(
+        # Planning takes up to a second or two of CPU on a large cluster: it runs in a thread, on a
+        # copy of the state (the informers keep changing the cache's own), so the event loop keeps
+        # answering admission reviews meanwhile.
+        decision = await asyncio.to_thread(
+            decide,
             policy,
-            self.cache.state,
+            copy_state(self.cache.state),
             served,
             dp.cooling_pods(status, now),
             self.settings.excluded_namespaces,
