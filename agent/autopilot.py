@@ -168,7 +168,12 @@ class Autopilot:
             await self._write(obj, _with(status, now, obj, "Idle", "no trigger fired"))
             return
         if d.blocked:
-            await self._write(obj, _with(status, now, obj, "Blocked", d.blocked))
+            was = (status.get("state"), status.get("message"))
+            if await self._write(obj, _with(status, now, obj, "Blocked", d.blocked)) and was != (
+                "Blocked",
+                d.blocked[:1024],
+            ):
+                await self._event(obj, "NoPlan", f"{d.trigger}: {d.blocked}", "Warning")
             return
         changed = _plan_key(old_plan) != _plan_key(status["plan"])
         if policy.mode == "DryRun" or not (d.moves or d.pins_pending_pod):

@@ -98,9 +98,7 @@ def whole_free_gpus(state: ClusterState) -> int:
     return free
 
 
-def _for_pending(
-    policy: Policy, state: ClusterState, options: PlanOptions, waiting: list[PendingPod], now: dt.datetime
-) -> Decision:
+def _for_pending(policy: Policy, state: ClusterState, options: PlanOptions, waiting: list[PendingPod]) -> Decision:
     why = []
     for pp in waiting:
         try:
@@ -117,8 +115,9 @@ def _for_pending(
             per_node = policy.budgets.moves_per_node
             why.append(f"{pp.key}: the plan moves more than movesPerNode {per_node} on node {node}")
             continue
-        age = int((now - pp.since).total_seconds())
-        trigger = f"pod {pp.key} unschedulable for {age}s"
+        # The time it became unschedulable, not its age: the trigger (and so the status) stays the
+        # same from one evaluation to the next.
+        trigger = f"pod {pp.key} unschedulable since {pp.since.strftime('%Y-%m-%dT%H:%M:%SZ')}"
         return Decision(trigger, room.moves, pp, room.node, room.gpus)
     trigger = f"{len(waiting)} GPU pod(s) unschedulable, oldest {waiting[0].key}"
     return Decision(trigger, blocked="; ".join(why)[:1000])
@@ -159,7 +158,7 @@ def decide(
         )
         waiting = pending_gpu_pods(candidates, now, policy.pending_after)
         if waiting:
-            return _for_pending(policy, view, options, waiting, now)
+            return _for_pending(policy, view, options, waiting)
     if policy.free_below is not None:
         return _for_free_gpus(policy, view, options)
     return Decision()

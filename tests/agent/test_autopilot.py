@@ -427,3 +427,53 @@ def test_a_pending_two_gpu_pod_gets_room_made_and_runs_on_the_named_gpus(pool: d
     assert len(moved) == len(planned["moves"]), made  # within that many moves (plus the pending pod's own pin)
     st = status_when(api, "room", "idle again", lambda s: s.get("state") == "Idle", 60)
     assert st.get("movesFailed", 0) == 0, json.dumps(st, indent=1)
+
+
+def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet, api: Any, testbed: Any) -> None:
+    """Nobody can evict through the autopilot a pod they could not evict themselves: creating a
+    policy is refused unless its author may create pods/eviction in every namespace it selects."""
+    from testbed.tokens import sa_token
+
+    ns = pilot.namespace("policy-author")
+    other = pilot.namespace("policy-victim")
+    rbac = client.RbacAuthorizationV1Api(api)
+    role = {
+        "metadata": {"name": f"policy-author-{ns}"},
+        "rules": [{"apiGroups": [dp.GROUP], "resources": [dp.PLURAL], "verbs": ["create", "get", "delete"]}],
+    }
+    rbac.create_cluster_role(role)
+    subject = [{"kind": "ServiceAccount", "name": "author", "namespace": ns}]
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"}
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": role["metadata"]["name"]},
+            "roleRef": {**ref, "name": role["metadata"]["name"]},
+            "subjects": subject,
+        }
+    )
+    # Eviction rights in its own namespace only (the built-in edit role includes pods/eviction).
+    rbac.create_namespaced_role_binding(
+        ns, {"metadata": {"name": "author-edit"}, "roleRef": {**ref, "name": "edit"}, "subjects": subject}
+    )
+    cfg = client.Configuration()
+    cfg.host, cfg.verify_ssl = api.configuration.host, False
+    cfg.api_key = {"authorization": f"Bearer {sa_token(api, ns, 'author')}"}
+    author = client.ApiClient(cfg)
+    try:
+        with pytest.raises(ApiException) as e:
+            create_policy(author, policy("not-mine", other))
+        assert e.value.status == 403, e.value.body
+        assert f"may not create pods/eviction in namespace {other}" in json.loads(e.value.body)["message"]
+        with pytest.raises(ApiException) as e:
+            create_policy(
+                author,
+                policy("everywhere", other) | {"spec": {**policy("x", other)["spec"], "selector": {"maxPriority": 0}}},
+            )
+        assert "every namespace (the policy names none)" in json.loads(e.value.body)["message"]
+        create_policy(author, policy("mine", ns))  # its own namespace: allowed
+    finally:
+        for name in ("mine",):
+            with contextlib.suppress(ApiException):
+                delete_policy(api, name)
+        rbac.delete_cluster_role_binding(role["metadata"]["name"])
+        rbac.delete_cluster_role(role["metadata"]["name"])

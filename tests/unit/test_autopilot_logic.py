@@ -86,7 +86,7 @@ def test_a_pending_pod_gets_room_before_the_free_gpu_trigger() -> None:
     spec = {"triggers": {"pendingPods": {"after": "5m"}, "freeGPUs": {"below": 3}}}
     d = decide(policy(**spec), state, {**pods, "ns/big": waiting}, {}, [], NOW)
     assert d.pending is not None and d.pending.key == "ns/big" and d.node == "n0" and len(d.gpus) == 2
-    assert d.trigger.startswith("pod ns/big unschedulable for 600s") and len(d.moves) == 1
+    assert d.trigger == "pod ns/big unschedulable since 2026-12-06T11:50:00Z" and len(d.moves) == 1
 
 
 def test_a_pod_pending_for_less_than_after_does_not_fire() -> None:
