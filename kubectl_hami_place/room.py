@@ -154,8 +154,26 @@ def defrag_for(
         except UserError as e:
             raise UserError(f"defrag --for stopped at move {done + 1}: {e}") from e
         done += 1
+        placed = _scheduled(kube, pod)
+        if placed:
+            # The room made was enough and the scheduler placed the pod itself on its next try.
+            click.echo(f"room made after {done} moves: {placed}")
+            return
         room = make_room(live_state(kube, selector), request, options(done))
         if not room.ok:
             raise UserError(f"after {done} moves the room is gone: {room.reason}")
     click.echo(f"room made after {done} moves: {headline(room)}")
     click.echo(pin_pending(kube, pod, room, kw))
+
+
+def _scheduled(kube: Any, pod: dict[str, Any]) -> str:
+    """What became of the pending pod: "" while it still waits, else a sentence saying where it went."""
+    from kubectl_hami_place.workloads import get_pod
+
+    meta = pod["metadata"]
+    try:
+        now = get_pod(kube, meta["namespace"], meta["name"])
+    except UserError:
+        return f"{meta['namespace']}/{meta['name']} is gone (deleted or recreated by its controller)"
+    node = (now.get("spec") or {}).get("nodeName")
+    return f"the scheduler placed {meta['namespace']}/{meta['name']} on node {node}" if node else ""

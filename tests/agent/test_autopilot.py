@@ -477,3 +477,44 @@ def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet
                 delete_policy(api, name)
         rbac.delete_cluster_role_binding(role["metadata"]["name"])
         rbac.delete_cluster_role(role["metadata"]["name"])
+
+
+def test_defrag_for_a_pending_pod_makes_room_and_places_it(pool: dict[str, Any], testbed: Any) -> None:
+    """`kubectl hami-place defrag --for POD --apply`: the moves of `plan --for`, then the pending pod
+    recreated by its controller, pinned on the room made."""
+    from click.testing import CliRunner
+
+    from kubectl_hami_place.cli import cli
+
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    big = deployment("big", gpu=2)
+    big["spec"]["template"]["spec"]["nodeSelector"] = {"pilot-pool": ns}
+    apps.create_namespaced_deployment(ns, big)
+
+    def unschedulable() -> Any:
+        for p in core.list_namespaced_pod(ns, label_selector="app=big").items:
+            cond = next((c for c in p.status.conditions or [] if c.type == "PodScheduled"), None)
+            if cond is not None and cond.status == "False" and cond.reason == "Unschedulable":
+                return p
+        return None
+
+    pending = wait_for("the 2-GPU pod Unschedulable", unschedulable, 60)
+    planned = plan_for(testbed, ns, pending.metadata.name)
+    args = ["defrag", "--for", pending.metadata.name, "-n", ns, "--kubeconfig", str(testbed.kubeconfig)]
+    dry = CliRunner().invoke(cli, args)
+    assert dry.exit_code == 0 and "dry run: nothing changed" in dry.stdout, dry.output
+    applied = CliRunner().invoke(cli, [*args, "--apply", "--timeout", "120s"])
+    assert applied.exit_code == 0, (applied.output, applied.exception)
+    assert f"room made after {len(planned['moves'])} moves" in applied.stdout, applied.stdout
+    # Either the scheduler placed it on its next try, or defrag recreated it pinned there.
+    assert f"on node {node.name}" in applied.stdout or "recreated by its controller on " + node.name in applied.stdout
+
+    def running_on_target() -> Any:
+        for p in allocated(core, ns, "app=big"):
+            value = p.metadata.annotations["hami.io/vgpu-devices-allocated"]
+            got = sorted({e.split(",")[0] for e in value.replace(";", ":").split(":") if e.startswith("GPU-")})
+            return p if got == sorted(node.gpu_uuid(i) for i in planned["gpus"]) else None
+        return None
+
+    wait_for("the 2-GPU pod Running on the named GPUs", running_on_target, 120)
