@@ -158,8 +158,10 @@ def readiness(app: Sanic) -> tuple[bool, dict[str, Any]]:
     checks: dict[str, Any] = {}
     for inf in cache.sync_status():
         metrics.CACHE_SYNCED.labels(resource=inf.name).set(1 if inf.synced else 0)
+        optional = cache.is_optional(inf.name)
         checks[f"cache-synced-{inf.name}"] = {
-            "ok": inf.synced,
+            "ok": inf.synced or optional,
+            **({"synced": inf.synced, "note": "only the autopilot needs it"} if optional else {}),
             **({"lastError": inf.last_error} if inf.last_error else {}),
         }
     if s.tls_cert_file:

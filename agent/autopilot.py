@@ -93,6 +93,8 @@ class Autopilot:
     # ---- the loop --------------------------------------------------------------------------------
     async def run(self) -> None:
         await self.cache.wait_ready(self.settings.cache_sync_timeout_seconds)
+        # Without the HamiDefragPolicy CRD this waits (the informer retries and /readyz shows why).
+        await self.cache.wait_synced("policies")
         while True:
             self.wake.clear()
             if self.leader is None or self.leader.is_leader:

@@ -142,20 +142,34 @@ class ClusterCache:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    # Serving admission and placements does not need policies: a missing HamiDefragPolicy CRD (a
+    # `helm upgrade` does not install new CRDs) must stop the autopilot only, not the webhooks.
+    OPTIONAL: tuple[Resource, ...] = ("policies",)
+
+    def _required(self) -> list[Informer]:
+        return [i for r, i in self._informers.items() if r not in self.OPTIONAL]
+
     @property
     def ready(self) -> bool:
-        return all(i.synced for i in self._informers.values())
+        return all(i.synced for i in self._required())
 
     async def wait_ready(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(asyncio.gather(*(i.wait_synced() for i in self._informers.values())), timeout)
+            await asyncio.wait_for(asyncio.gather(*(i.wait_synced() for i in self._required())), timeout)
         except TimeoutError:
             return False
         return True
 
+    async def wait_synced(self, resource: Resource) -> None:
+        """Until the informer of `resource` has finished its first list (for ever if it never does)."""
+        await self._informers[resource].wait_synced()
+
     def sync_status(self) -> list[SyncStatus]:
         """Per resource: synced, lists so far, the last watch error (for /readyz and /metrics)."""
         return [i.status() for i in self._informers.values()]
+
+    def is_optional(self, name: str) -> bool:
+        return name in self.OPTIONAL
 
     # ---- changes --------------------------------------------------------------------------------
     def subscribe(self, resource: Resource, fn: Listener) -> Unsubscribe:

@@ -476,3 +476,18 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     ]
     cache.apply("pods", {"type": "DELETED", "object": hog})
     assert check_target(cache, placement, []) == []
+
+
+def test_a_missing_policy_crd_stops_the_autopilot_only_not_readiness() -> None:
+    """`helm upgrade` does not install new CRDs: without HamiDefragPolicy the webhooks must stay up."""
+
+    async def go() -> None:
+        cache = ClusterCache(None, policies=True)  # type: ignore[arg-type]  # no API calls
+        for resource, inf in cache._informers.items():  # noqa: SLF001 - the sync flags, set by hand
+            if resource != "policies":
+                inf._synced.set()  # noqa: SLF001
+        assert cache.ready and await cache.wait_ready(0.1)
+        status = {s.name: s.synced for s in cache.sync_status()}
+        assert status["policies"] is False and cache.is_optional("policies")
+
+    asyncio.run(go())
