@@ -483,9 +483,9 @@ def test_a_missing_policy_crd_stops_the_autopilot_only_not_readiness() -> None:
 
     async def go() -> None:
         cache = ClusterCache(None, policies=True)  # type: ignore[arg-type]  # no API calls
-        for resource, inf in cache._informers.items():  # noqa: SLF001 - the sync flags, set by hand
+        for resource, inf in cache._informers.items():  # the sync flags, set by hand
             if resource != "policies":
-                inf._synced.set()  # noqa: SLF001
+                inf._synced.set()
         assert cache.ready and await cache.wait_ready(0.1)
         status = {s.name: s.synced for s in cache.sync_status()}
         assert status["policies"] is False and cache.is_optional("policies")
