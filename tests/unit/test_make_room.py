@@ -47,8 +47,8 @@ def assert_fits_after(state: ClusterState, plan: RoomPlan) -> None:
 
 def scattered() -> ClusterState:
     # n1: 20%, 30%, 60%, empty. n2: 50%, 50%. Nowhere are two GPUs free for a 2-GPU pod.
-    # n1 needs one move (the 20% or the 30% out), n2 one (a 50% onto the other): the 20% is the
-    # least compute to disturb, and best fit puts it next to the 60%.
+    # Each node needs one move; n1 comes first by name, and there the largest pod that can go
+    # (the 60%, next to the 30%: best fit) goes first, leaving GPUs 2 and 3 free.
     return state_of(
         [node("n1", 4), node("n2", 2)],
         [
@@ -65,12 +65,12 @@ def test_a_two_gpu_pod_with_scattered_free_capacity_gets_the_fewest_moves_and_na
     s = scattered()
     r = make_room(s, parse_room_request("gpus=2"))
     assert [(m.pod, m.from_node, m.from_gpus, m.to_node, m.to_gpus) for m in r.moves] == [
-        ("ns/a", "n1", (0,), "n1", (2,))
+        ("ns/c", "n1", (2,), "n1", (1,))
     ]
-    assert (r.node, r.gpus, r.uuids) == ("n1", (0, 3), (gpu_uuid("n1", 0), gpu_uuid("n1", 3)))
+    assert (r.node, r.gpus, r.uuids) == ("n1", (2, 3), (gpu_uuid("n1", 2), gpu_uuid("n1", 3)))
     assert r.moves[0].reason == "make room for request on n1" and r.reason == ""
     assert_fits_after(s, r)
-    assert r.as_dict()["gpus"] == [0, 3] and r.as_dict()["fits"] is True
+    assert r.as_dict()["gpus"] == [2, 3] and r.as_dict()["fits"] is True
 
 
 def test_two_moves_when_no_node_can_do_it_with_one() -> None:
