@@ -649,23 +649,43 @@ class _Search:
             self._move_out([p], exclude, budget, records)
 
     def _move_out(self, pods: list[int], exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
-        """Move `pods` to GPUs outside `exclude`, all or nothing: the engine's relocation (best fit,
-        ejection chains), or pod by pod, largest first, with a node-room chain for a pod that
-        fits a GPU whose node lacks the CPU or memory for it."""
+        """Move `pods` to GPUs outside `exclude`, all or nothing, largest first, each by
+        :meth:`_place_one`."""
         e = self.e
-        got = relocate(e, pods, exclude, MAX_DEPTH, budget - e.moves_made)
-        if got is not None:
-            records.extend(got[1])
-            return True
         mark = len(records)
         for p in sorted(pods, key=e.pod_size, reverse=True):
-            got = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)
-            if got is not None:
-                records.extend(got[1])
-            elif not self._room_chain(p, exclude, budget, records) and not self._bump(p, exclude, budget, records):
+            if not set(e.p_gids[p]) & exclude:
+                continue  # already moved on (a multi-GPU pod on two of the GPUs, or a chain moved it)
+            if not self._place_one(p, exclude, budget, records):
                 e.rollback(records[mark:])
                 del records[mark:]
                 return False
+        return True
+
+    def _place_one(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Move pod `p` to GPUs outside `exclude`: the engine's relocation (best fit, else ejection
+        chains of smaller pods); where that takes more than one move, or fails, a node-room chain
+        or a bump if either is cheaper. Applied when True (its undo records in `records`)."""
+        e = self.e
+        base = e.moves_made
+        got = relocate(e, [p], exclude, MAX_DEPTH, budget - base)
+        if got is not None and e.moves_made - base <= 1:
+            records.extend(got[1])
+            return True
+        cap = budget
+        if got is not None:
+            cap = e.moves_made - 1  # an alternative must be cheaper than the chain found
+            e.rollback(got[1])
+        mark = len(records)
+        if self._room_chain(p, exclude, cap, records) or self._bump(p, exclude, cap, records):
+            return True
+        del records[mark:]
+        if got is None:
+            return False
+        got = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)  # the same chain again
+        if got is None:
+            return False
+        records.extend(got[1])
         return True
 
     def _bump(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
