@@ -823,7 +823,7 @@ class _Search:
         if not cands:
             return self._held()
         # Would more moves do it? Then the limits bind.
-        for label, relaxed in _relaxations(options):
+        for label, relaxed in _relaxations(options, self._budgets_bind(options)):
             again = _Search(Engine(base, relaxed), self.request)
             found = again.run()
             if found is not None:
@@ -845,6 +845,18 @@ class _Search:
             f"no room can be made: on node {best.node} (the cheapest on paper) the pods to move, or the "
             f"node's CPU and memory, find no other place ({tried})"
         )
+
+    def _budgets_bind(self, options: PlanOptions) -> bool:
+        """Some workload has more pods that could move than moves left in its budget (else a
+        search without the budgets would find nothing more; on the openb states no workload has
+        two pods, and that search cost as much as the first)."""
+        e = self.e
+        movable: Counter[str] = Counter()
+        for p, a in enumerate(e.p_alloc):
+            wl = e.p_workload[p]
+            if wl is not None and immovable_reason(a, options.excluded_namespaces, e.state.problems) is None:
+                movable[wl] += 1
+        return any(n > options.limit_of(w) - options.workload_moves_used.get(w, 0) for w, n in movable.items())
 
     def _refused(self) -> str:
         reasons = self.refusals.most_common()
@@ -951,10 +963,14 @@ def _closes(res: Resources, short: Resources) -> float:
     return total
 
 
-def _relaxations(options: PlanOptions) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
+def _relaxations(
+    options: PlanOptions, budgets_bind: bool
+) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
     out: list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]] = []
     if options.max_moves is not None:
         out.append((_over_max_moves, replace(options, max_moves=None)))
+    if not budgets_bind:
+        return out
     out.append(
         (
             _over_budgets,
