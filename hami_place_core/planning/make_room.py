@@ -68,6 +68,7 @@ ROOM_NODES = 8
 # Bumping: a pod that fits nowhere takes the place of one pod of any size, which moves on first;
 # at most BUMP_SCAN such (GPU, pod) pairs are tried, least compute bumped first.
 BUMP_SCAN = 24
+BUMP_DEPTH = 2  # a bumped pod may bump another in turn, this many pods deep
 # Work: node-room chains and bumps tried in one search, over all nodes (a count, not a clock, so the
 # plan is the same on any machine). A request that cannot be met spends it all.
 CHAIN_WORK = 400
@@ -664,31 +665,45 @@ class _Search:
 
     def _place_one(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
         """Move pod `p` to GPUs outside `exclude`: the engine's relocation (best fit, else ejection
-        chains of smaller pods); where that takes more than one move, or fails, a node-room chain
-        or a bump if either is cheaper. Applied when True (its undo records in `records`)."""
+        chains of smaller pods); where that takes more than one move, or fails, the cheapest of it,
+        a node-room chain and a bump (each made, counted and undone, then the cheapest made again:
+        they are deterministic). Applied when True (its undo records in `records`)."""
         e = self.e
         base = e.moves_made
         got = relocate(e, [p], exclude, MAX_DEPTH, budget - base)
         if got is not None and e.moves_made - base <= 1:
             records.extend(got[1])
             return True
-        cap = budget
+        best: tuple[int, int] | None = None  # (moves, which)
         if got is not None:
-            cap = e.moves_made - 1  # an alternative must be cheaper than the chain found
+            best = (e.moves_made, 0)
             e.rollback(got[1])
-        mark = len(records)
-        if self._room_chain(p, exclude, cap, records) or self._bump(p, exclude, cap, records):
+        for which in (1, 2):
+            cap = budget if best is None else best[0] - 1
+            if cap <= base:
+                break
+            trial: list[Record] = []
+            if self._alternative(which, p, exclude, cap, trial):
+                best = (e.moves_made, which)
+                e.rollback(trial)
+        if best is None:
+            return False
+        if best[1] == 0:
+            again = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)
+            if again is None:
+                return False
+            records.extend(again[1])
             return True
-        del records[mark:]
-        if got is None:
-            return False
-        got = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)  # the same chain again
-        if got is None:
-            return False
-        records.extend(got[1])
-        return True
+        return self._alternative(best[1], p, exclude, best[0], records)
 
-    def _bump(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+    def _alternative(self, which: int, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        if which == 1:
+            return self._room_chain(p, exclude, budget, records)
+        return self._bump(p, exclude, budget, records)
+
+    def _bump(
+        self, p: int, exclude: frozenset[int], budget: int, records: list[Record], depth: int = BUMP_DEPTH
+    ) -> bool:
         """Place single-GPU pod `p` on a GPU outside `exclude` where it fits once one of that GPU's
         pods, of any size, has moved on (by the engine's relocation): the ejection chains of the
         planner take only smaller pods off. GPUs by how little room is missing, at most BUMP_SCAN."""
@@ -696,6 +711,28 @@ class _Search:
         req = e.p_req[p]
         if req is None or req.nums != 1 or not e.can_move(p) or e.moves_made + 2 > budget or self.work <= 0:
             return False
+        nodes = e.eligible_nodes(p)
+        for _, g, q in self._bump_tries(p, req, exclude)[:BUMP_SCAN]:
+            self.work -= 1
+            if self.work < 0:
+                return False
+            mark = len(records)
+            away = exclude | {g} | frozenset(e.p_gids[p])
+            got = relocate(e, [q], away, MAX_DEPTH - 1, budget - e.moves_made - 1)
+            if got is not None:
+                records.extend(got[1])
+            moved_on = got is not None or (depth > 1 and self._bump(q, away, budget - 1, records, depth - 1))
+            if moved_on and e.can_move(p) and e.fits(p, g, req, nodes):
+                records.append(e.apply(p, (g,)))
+                if e.moves_made <= budget:
+                    return True
+            e.rollback(records[mark:])
+            del records[mark:]
+        return False
+
+    def _bump_tries(self, p: int, req: GpuRequest, exclude: frozenset[int]) -> list[tuple[int, int, int]]:
+        """(compute of q, GPU g, pod q): p fits g once q has left it (GPU and node), least compute first."""
+        e = self.e
         here, res, nodes = e.g_node[e.p_gids[p][0]], e.p_res[p], e.eligible_nodes(p)
         sel = e.p_alloc[p].request.selectors
         tries: list[tuple[int, int, int]] = []
@@ -720,21 +757,7 @@ class _Search:
                     continue
                 tries.append((r.coresreq, g, q))
         tries.sort()
-        for _, g, q in tries[:BUMP_SCAN]:
-            self.work -= 1
-            if self.work < 0:
-                return False
-            mark = len(records)
-            got = relocate(e, [q], exclude | {g} | frozenset(e.p_gids[p]), MAX_DEPTH - 1, budget - e.moves_made - 1)
-            if got is not None:
-                records.extend(got[1])
-                if e.can_move(p) and e.fits(p, g, req, nodes):
-                    records.append(e.apply(p, (g,)))
-                    if e.moves_made <= budget:
-                        return True
-            e.rollback(records[mark:])
-            del records[mark:]
-        return False
+        return tries
 
     def _room_chain(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
         """Place single-GPU pod `p` on a GPU outside `exclude` that fits it but whose node lacks
