@@ -244,6 +244,22 @@ def test_ejection_chain_makes_room_when_a_pod_fits_nowhere_directly() -> None:
     assert r.reason == "node n1 has room for 1 GPU only after 2 moves, over --max-moves 1"
 
 
+def test_a_pod_that_fits_nowhere_bumps_a_larger_one_with_fewer_cpus() -> None:
+    # p (40%, 8 CPUs) must leave n1's one GPU. n2's GPU has room only without q (70%, 2 CPUs);
+    # n3 has an empty GPU but 4 CPUs, enough for q, not for p. An ejection chain moves only pods
+    # smaller than the one placed; a bump moves q (larger) first.
+    small = node("n3", 1)
+    small["status"]["allocatable"]["cpu"] = "4"
+    s = state_of(
+        [node("n1", 1, labels={"zone": "a"}), node("n2", 1), small],
+        [with_cpu(pod("p", "n1", (0,), 40), "8"), with_cpu(pod("q", "n2", (0,), 70), "2")],
+    )
+    r = make_room(s, parse_room_request("gpus=1,node-selector=zone=a"))
+    assert (r.node, r.gpus) == ("n1", (0,))
+    assert [(m.pod, m.to_node, m.to_gpus) for m in r.moves] == [("ns/q", "n3", (0,)), ("ns/p", "n2", (0,))]
+    assert_fits_after(s, r)
+
+
 def test_deterministic_and_independent_of_input_order() -> None:
     nodes = [node(f"n{i}", 4) for i in range(4)]
     rng = random.Random(3)  # noqa: S311 (test data)
