@@ -736,8 +736,14 @@ class _Search:
         here, res, nodes = e.g_node[e.p_gids[p][0]], e.p_res[p], e.eligible_nodes(p)
         sel = e.p_alloc[p].request.selectors
         tries: list[tuple[int, int, int]] = []
+        whole = req.coresreq >= 100
         for g in range(len(e.g_dev)):
-            if g in exclude or e.g_entry[g] is None or g in e.p_gids[p] or not e.g_pods[g]:
+            pods, sizes = e.g_pods[g], e.g_sizes[g]
+            # one pod leaving frees at most the largest one's compute; an exclusive request needs
+            # the GPU to itself (checked first: most GPUs fail here)
+            if not sizes or e.free_compute(g) + sizes[0] < req.coresreq or (whole and len(pods) != 1):
+                continue
+            if g in exclude or e.g_entry[g] is None or g in e.p_gids[p]:
                 continue
             node = e.g_node[g]
             if nodes is not None and node not in nodes and g not in e.p_origin[p]:
@@ -745,7 +751,7 @@ class _Search:
             if not e.p_plain[p] and not e.allowed(p, e.g_dev[g]):
                 continue
             d, u = e.g_dev[g], e.g_use[g]
-            for q in e.g_pods[g]:
+            for q in pods:
                 r = e.p_req[q]
                 if r is None or r.nums != 1 or not e.can_move(q) or q == p:
                     continue
