@@ -59,7 +59,19 @@ from hami_place_core.state import ClusterState, PodAllocation
 # the best plan found: it bounds the time on a cluster where many nodes look cheap but their pods
 # have nowhere to go.
 MAX_NODES_TRIED = 64
+TIE_NODES = 8  # nodes tried after a plan as short as their bound, for less compute moved
 ONE_SLOT = Resources(0, 0, 1)
+# Node-room chains: a pod that fits a GPU whose node lacks its CPU or memory goes there once up to
+# ROOM_CHAIN pods of that node have moved off; at most ROOM_NODES such nodes are tried per pod.
+ROOM_CHAIN = 2
+ROOM_NODES = 8
+# Bumping: a pod that fits nowhere takes the place of one pod of any size, which moves on first;
+# at most BUMP_SCAN such (GPU, pod) pairs are tried, least compute bumped first.
+BUMP_SCAN = 24
+BUMP_DEPTH = 2  # a bumped pod may bump another in turn, this many pods deep
+# Work: node-room chains and bumps tried in one search, over all nodes (a count, not a clock, so the
+# plan is the same on any machine). A request that cannot be met spends it all.
+CHAIN_WORK = 400
 SETS_PER_GPU = 4  # eviction sets tried per GPU, fewest pods first
 MAX_SUBSETS = 256  # sets of one size listed per GPU before taking the largest pods instead
 
@@ -370,6 +382,7 @@ class _Search:
         self.req = request.gpu
         self.probe = request.as_allocation()
         self.tried = 0
+        self.work = CHAIN_WORK  # node-room chains and bumps the whole search may try
         self.stuck: dict[str, tuple[int, ...]] = {}  # node -> the first pods that found no place
         self.leaves: dict[tuple[Any, ...], bool] = {}  # _can_leave, per kind of pod, node and state
         # Seeded: an empty GPU is a target like a GPU in use (the planner keeps pods off them, as its
@@ -397,18 +410,27 @@ class _Search:
     # -- the search --
     def run(self) -> _Found | None:
         best: _Found | None = None
+        ties = 0
         for cand in self.candidates():
             if best is not None and cand.bound > best.key[0]:
                 break  # sorted by bound: no node left can do better
+            if best is not None and cand.bound == best.key[0]:
+                ties += 1  # only the compute moved could be less
+                if ties > TIE_NODES:
+                    break
             if self.tried >= MAX_NODES_TRIED:
                 break
             self.tried += 1
             budget = self.e.max_moves if best is None else best.key[0]
-            found = self.realize(cand, budget)
-            if found is not None and (best is None or found.key < best.key):
-                best = found
-                if best.key[:2] == (0, 0):
-                    break  # fits now: nothing beats it, and nodes come by name within a bound
+            for largest_first in (True, False):
+                found = self.realize(cand, budget, largest_first)
+                if found is not None and (best is None or found.key < best.key):
+                    best = found
+                    budget = best.key[0]
+                if found is not None and found.key[0] <= cand.bound:
+                    break  # as cheap as this node can be
+            if best is not None and best.key[:2] == (0, 0):
+                break  # fits now: nothing beats it, and nodes come by name within a bound
         return best
 
     def candidates(self) -> list[_Candidate]:
@@ -510,12 +532,14 @@ class _Search:
             after.usedcores -= r.coresreq
         return gpu_fit_reason(self.req, d, after, self.request.selectors, e.g_cordoned[g]) is None
 
-    def realize(self, cand: _Candidate, budget: int) -> _Found | None:
-        """Make room on `cand.node` within `budget` moves: the plan, with the engine restored."""
+    def realize(self, cand: _Candidate, budget: int, largest_first: bool = True) -> _Found | None:
+        """Make room on `cand.node` within `budget` moves: the plan, with the engine restored.
+        Among GPUs of equal price, those of the largest pods first (`largest_first`: they have
+        the fewest places to go), or the smallest."""
         e = self.e
         records: list[Record] = []
         try:
-            chosen = self._free_gpus(cand, budget, records)
+            chosen = self._free_gpus(cand, budget, records, largest_first)
             if chosen is None or not self._make_node_room(cand.node, chosen, budget, records):
                 return None
             if e.moves_made > budget or not all(self._fits_now(g) for g in chosen):
@@ -544,41 +568,60 @@ class _Search:
         e = self.e
         return gpu_fit_reason(self.req, e.g_dev[g], e.g_use[g], self.request.selectors, e.g_cordoned[g]) is None
 
-    def _free_gpus(self, cand: _Candidate, budget: int, records: list[Record]) -> list[int] | None:
-        """Room on `nums` GPUs of the node, cheapest first; a GPU whose pods find no place is
-        replaced by the next one. The GPUs chosen, or None."""
+    def _free_gpus(self, cand: _Candidate, budget: int, records: list[Record], largest_first: bool) -> list[int] | None:
+        """Room on `nums` GPUs of the node, one GPU at a time, each time the one that costs the
+        fewest moves *now* (after the GPUs chosen before it: pods compete for the same places),
+        priced by making the room and undoing it; among equals those of the largest pods first
+        (`largest_first`: they have the fewest places to go), or the smallest. The GPUs chosen
+        (their room made), or None."""
         e, n = self.e, self.req.nums
-        queue = list(cand.gpus)
-        planned = {g for _, g, _ in queue[:n]}
-        chosen: list[int] = []
-        while len(chosen) < n and queue:
-            _, g, _ = queue.pop(0)
-            planned.add(g)
-            exclude = frozenset(planned | set(chosen))
-            if self._fits_now(g):
-                chosen.append(g)
-                continue
-            done = False
-            for pods in self.eviction_sets(g):
-                left = budget - e.moves_made
-                if left <= 0:
+        chosen = [g for c, g, _ in cand.gpus if c == 0][:n]
+        left = [(c, g) for c, g, _ in cand.gpus if c > 0]
+        while len(chosen) < n:
+            left.sort(key=lambda cg: (cg[0], -e.g_use[cg[1]].usedcores if largest_first else e.g_use[cg[1]].usedcores))
+            best: tuple[int, int] | None = None  # (moves, gid)
+            for paper, g in left:
+                if best is not None and paper > best[0]:
+                    break  # no GPU left can cost less (a pod moves at least once)
+                if e.moves_made + paper > budget:
                     break
-                got = relocate(e, list(pods), exclude, MAX_DEPTH, left)
-                if got is not None:
-                    records.extend(got[1])
-                    done = True
-                    break
-            if done:
-                chosen.append(g)
-            else:
-                sets = self.eviction_sets(g)
-                if sets and cand.node not in self.stuck:
-                    self.stuck[cand.node] = sets[0]
-                planned.discard(g)
-                nxt = next((c[1] for c in queue if c[1] not in planned), None)
-                if nxt is not None:
-                    planned.add(nxt)
-        return chosen if len(chosen) == n else None
+                price = self._price(g, frozenset(chosen) | {g}, budget)
+                if price is not None and (best is None or price < best[0]):
+                    best = (price, g)
+            if best is None:
+                stuck = next((self.eviction_sets(g) for _, g in left), [])
+                if stuck and cand.node not in self.stuck:
+                    self.stuck[cand.node] = stuck[0]
+                return None
+            g = best[1]
+            if not self._free_one(g, frozenset(chosen) | {g}, budget, records):
+                return None  # priced just before: cannot happen
+            chosen.append(g)
+            left = [(c, h) for c, h in left if h != g]
+        return chosen
+
+    def _price(self, g: int, exclude: frozenset[int], budget: int) -> int | None:
+        """The moves that making room on GPU g costs now, or None; nothing is left changed."""
+        e = self.e
+        if self._fits_now(g):
+            return 0
+        base = e.moves_made
+        records: list[Record] = []
+        ok = self._free_one(g, exclude, budget, records)
+        moves = e.moves_made - base
+        e.rollback(records)
+        return moves if ok else None
+
+    def _free_one(self, g: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Room for the request on GPU g: the first of its eviction sets whose pods find places."""
+        if self._fits_now(g):
+            return True
+        for pods in self.eviction_sets(g):
+            if budget - self.e.moves_made <= 0:
+                return False
+            if self._move_out(list(pods), exclude, budget, records):
+                return True
+        return False
 
     def _make_node_room(self, node: str, chosen: list[int], budget: int, records: list[Record]) -> bool:
         """Move GPU pods off `node` until its CPU, memory and pod slots cover the request: each time
@@ -604,9 +647,194 @@ class _Search:
                 return False
             p = pods[0]
             tried.add(p)
-            got = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)
+            self._move_out([p], exclude, budget, records)
+
+    def _move_out(self, pods: list[int], exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Move `pods` to GPUs outside `exclude`, all or nothing, largest first, each by
+        :meth:`_place_one`."""
+        e = self.e
+        mark = len(records)
+        for p in sorted(pods, key=e.pod_size, reverse=True):
+            if not set(e.p_gids[p]) & exclude:
+                continue  # already moved on (a multi-GPU pod on two of the GPUs, or a chain moved it)
+            if not self._place_one(p, exclude, budget, records):
+                e.rollback(records[mark:])
+                del records[mark:]
+                return False
+        return True
+
+    def _place_one(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Move pod `p` to GPUs outside `exclude`: the engine's relocation (best fit, else ejection
+        chains of smaller pods); where that takes more than one move, or fails, the cheapest of it,
+        a node-room chain and a bump (each made, counted and undone, then the cheapest made again:
+        they are deterministic). Applied when True (its undo records in `records`)."""
+        e = self.e
+        base = e.moves_made
+        got = relocate(e, [p], exclude, MAX_DEPTH, budget - base)
+        if got is not None and e.moves_made - base <= 1:
+            records.extend(got[1])
+            return True
+        best: tuple[int, int] | None = None  # (moves, which)
+        if got is not None:
+            best = (e.moves_made, 0)
+            e.rollback(got[1])
+        for which in (1, 2):
+            cap = budget if best is None else best[0] - 1
+            if cap <= base:
+                break
+            trial: list[Record] = []
+            if self._alternative(which, p, exclude, cap, trial):
+                best = (e.moves_made, which)
+                e.rollback(trial)
+        if best is None:
+            return False
+        if best[1] == 0:
+            again = relocate(e, [p], exclude, MAX_DEPTH, budget - e.moves_made)
+            if again is None:
+                return False
+            records.extend(again[1])
+            return True
+        return self._alternative(best[1], p, exclude, best[0], records)
+
+    def _alternative(self, which: int, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        if which == 1:
+            return self._room_chain(p, exclude, budget, records)
+        return self._bump(p, exclude, budget, records)
+
+    def _bump(
+        self, p: int, exclude: frozenset[int], budget: int, records: list[Record], depth: int = BUMP_DEPTH
+    ) -> bool:
+        """Place single-GPU pod `p` on a GPU outside `exclude` where it fits once one of that GPU's
+        pods, of any size, has moved on (by the engine's relocation): the ejection chains of the
+        planner take only smaller pods off. GPUs by how little room is missing, at most BUMP_SCAN."""
+        e = self.e
+        req = e.p_req[p]
+        if req is None or req.nums != 1 or not e.can_move(p) or e.moves_made + 2 > budget or self.work <= 0:
+            return False
+        nodes = e.eligible_nodes(p)
+        for _, g, q in self._bump_tries(p, req, exclude)[:BUMP_SCAN]:
+            self.work -= 1
+            if self.work < 0:
+                return False
+            mark = len(records)
+            away = exclude | {g} | frozenset(e.p_gids[p])
+            got = relocate(e, [q], away, MAX_DEPTH - 1, budget - e.moves_made - 1)
             if got is not None:
                 records.extend(got[1])
+            moved_on = got is not None or (depth > 1 and self._bump(q, away, budget - 1, records, depth - 1))
+            if moved_on and e.can_move(p) and e.fits(p, g, req, nodes):
+                records.append(e.apply(p, (g,)))
+                if e.moves_made <= budget:
+                    return True
+            e.rollback(records[mark:])
+            del records[mark:]
+        return False
+
+    def _bump_tries(self, p: int, req: GpuRequest, exclude: frozenset[int]) -> list[tuple[int, int, int]]:
+        """(compute of q, GPU g, pod q): p fits g once q has left it (GPU and node), least compute first."""
+        e = self.e
+        here, res, nodes = e.g_node[e.p_gids[p][0]], e.p_res[p], e.eligible_nodes(p)
+        sel = e.p_alloc[p].request.selectors
+        tries: list[tuple[int, int, int]] = []
+        whole = req.coresreq >= 100
+        for g in range(len(e.g_dev)):
+            pods, sizes = e.g_pods[g], e.g_sizes[g]
+            # one pod leaving frees at most the largest one's compute; an exclusive request needs
+            # the GPU to itself (checked first: most GPUs fail here)
+            if not sizes or e.free_compute(g) + sizes[0] < req.coresreq or (whole and len(pods) != 1):
+                continue
+            if g in exclude or e.g_entry[g] is None or g in e.p_gids[p]:
+                continue
+            node = e.g_node[g]
+            if nodes is not None and node not in nodes and g not in e.p_origin[p]:
+                continue
+            if not e.p_plain[p] and not e.allowed(p, e.g_dev[g]):
+                continue
+            d, u = e.g_dev[g], e.g_use[g]
+            for q in pods:
+                r = e.p_req[q]
+                if r is None or r.nums != 1 or not e.can_move(q) or q == p:
+                    continue
+                after = GpuUsage(u.used - 1, u.usedmem - r.memory_on(d.devmem), u.usedcores - r.coresreq)
+                if gpu_fit_reason(req, d, after, sel, e.g_cordoned[g]) is not None:
+                    continue
+                room = e.n_free.get(node)
+                if room is not None and node != here and not (room + e.p_res[q]).covers(res):
+                    continue
+                tries.append((r.coresreq, g, q))
+        tries.sort()
+        return tries
+
+    def _room_chain(self, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Place single-GPU pod `p` on a GPU outside `exclude` that fits it but whose node lacks
+        its CPU, memory or pod slot, once up to ROOM_CHAIN pods of that node have moved off it
+        (each by the engine's relocation): nodes by how few pods that takes, at most ROOM_NODES."""
+        e = self.e
+        req = e.p_req[p]
+        if req is None or req.nums != 1 or not e.can_move(p) or self.work <= 0:
+            return False
+        here, res, nodes = e.g_node[e.p_gids[p][0]], e.p_res[p], e.eligible_nodes(p)
+        options: list[tuple[int, str, int, list[int]]] = []
+        for name, gids in e.node_gids.items():
+            room = e.n_free.get(name)
+            if name == here or room is None or room.covers(res) or (nodes is not None and name not in nodes):
+                continue
+            targets = [g for g in gids if g not in exclude and e.g_entry[g] is not None and self._gpu_fits(p, g)]
+            if not targets:
+                continue
+            short = res - room
+            leavers = self._leavers(name, set(targets), short)
+            if leavers is not None:
+                options.append((len(leavers), name, min(targets, key=lambda g: (e.free_compute(g), g)), leavers))
+        options.sort(key=lambda o: (o[0], o[1]))
+        for k, name, g, leavers in options[:ROOM_NODES]:
+            if e.moves_made + k + (not e.moved(p)) > budget:
+                continue
+            self.work -= 1
+            if self.work < 0:
+                return False
+            mark = len(records)
+            away = exclude | frozenset(e.node_gids[name])
+            if self._relocate_each(leavers, away, budget, records) and e.can_move(p) and e.fits(p, g, req, nodes):
+                records.append(e.apply(p, (g,)))
+                if e.moves_made <= budget:
+                    return True
+            e.rollback(records[mark:])
+            del records[mark:]
+        return False
+
+    def _gpu_fits(self, p: int, g: int) -> bool:
+        e = self.e
+        req = e.p_req[p]
+        assert req is not None
+        if not e.p_plain[p] and not e.allowed(p, e.g_dev[g]):
+            return False
+        return gpu_fit_reason(req, e.g_dev[g], e.g_use[g], e.p_alloc[p].request.selectors, e.g_cordoned[g]) is None
+
+    def _leavers(self, node: str, keep: set[int], short: Resources) -> list[int] | None:
+        """Up to ROOM_CHAIN movable pods of `node` (not on GPUs `keep`) whose requests cover `short`."""
+        e = self.e
+        pods = sorted(
+            {q for g in e.node_gids[node] if g not in keep for q in e.g_pods[g] if e.can_move(q)},
+            key=lambda q: (-_closes(e.p_res[q], short), q),
+        )
+        chosen: list[int] = []
+        got = Resources()
+        for q in pods[:ROOM_CHAIN]:
+            chosen.append(q)
+            got = got + e.p_res[q]
+            if got.covers(short):
+                return chosen
+        return None
+
+    def _relocate_each(self, pods: list[int], exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        e = self.e
+        for q in pods:
+            got = relocate(e, [q], exclude, MAX_DEPTH, budget - e.moves_made)
+            if got is None:
+                return False
+            records.extend(got[1])
+        return True
 
     # -- why not --
     def why_not(self, base: ClusterState, options: PlanOptions) -> str:
@@ -624,7 +852,7 @@ class _Search:
         if not cands:
             return self._held()
         # Would more moves do it? Then the limits bind.
-        for label, relaxed in _relaxations(options):
+        for label, relaxed in _relaxations(options, self._budgets_bind(options)):
             again = _Search(Engine(base, relaxed), self.request)
             found = again.run()
             if found is not None:
@@ -646,6 +874,18 @@ class _Search:
             f"no room can be made: on node {best.node} (the cheapest on paper) the pods to move, or the "
             f"node's CPU and memory, find no other place ({tried})"
         )
+
+    def _budgets_bind(self, options: PlanOptions) -> bool:
+        """Some workload has more pods that could move than moves left in its budget (else a
+        search without the budgets would find nothing more; on the openb states no workload has
+        two pods, and that search cost as much as the first)."""
+        e = self.e
+        movable: Counter[str] = Counter()
+        for p, a in enumerate(e.p_alloc):
+            wl = e.p_workload[p]
+            if wl is not None and immovable_reason(a, options.excluded_namespaces, e.state.problems) is None:
+                movable[wl] += 1
+        return any(n > options.limit_of(w) - options.workload_moves_used.get(w, 0) for w, n in movable.items())
 
     def _refused(self) -> str:
         reasons = self.refusals.most_common()
@@ -752,10 +992,14 @@ def _closes(res: Resources, short: Resources) -> float:
     return total
 
 
-def _relaxations(options: PlanOptions) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
+def _relaxations(
+    options: PlanOptions, budgets_bind: bool
+) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
     out: list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]] = []
     if options.max_moves is not None:
         out.append((_over_max_moves, replace(options, max_moves=None)))
+    if not budgets_bind:
+        return out
     out.append(
         (
             _over_budgets,

@@ -7,9 +7,14 @@ Over the planner's engine (the same movable pods, node constraints and budgets):
 slots, memory and compute of what ends there (with the pods that stay), an exclusive request or
 pod alone on its GPU; per node its CPU, memory and pod slots (kube-scheduler's NodeResourcesFit:
 a node may keep today's load, and takes the new pod only if what is left covers it); per workload
-its disruption budget, and ``max_moves``. It minimises the pods away from their GPUs. It ignores
-the order of moves and HAMi's rule that a 0-core request does not fit a GPU whose cores are all
-used, so its optimum is a lower bound on any valid plan's moves.
+its disruption budget, and ``max_moves``. It minimises the pods away from their GPUs.
+
+The MILP ignores the order of moves: its optimum may be an assignment no order makes valid (two
+full nodes trading pods, each waiting for the other's CPU). Each optimum is checked by a search
+over the sets of moves made; one without an order is cut off (exactly that assignment) and HiGHS
+solves again, so the answer is the fewest moves of an assignment that has an order, and
+``unordered`` keeps the first optimum (a lower bound on any plan). HAMi's rule that a 0-core
+request does not fit a GPU whose cores are all used is not modelled (a relaxation).
 
 HiGHS (``highspy``, with numpy) is imported only when the model is built.
 """
@@ -29,14 +34,21 @@ from hami_place_core.planning.make_room import RoomRequest
 from hami_place_core.planning.model import PlanOptions
 from hami_place_core.state import ClusterState
 
+# An assignment the MILP finds may have no order in which every move is valid when made (pods of
+# two full nodes trading places): it is cut off and HiGHS solves again, at most this many times.
+MAX_CUTS = 30
+ORDER_STATES = 20_000  # sets of moves made that the order search may visit per assignment
+
 
 @dataclass(frozen=True)
 class RoomOptimum:
-    moves: int | None  # fewest moves; None: no assignment makes room (or none found in time)
-    proven: bool  # solved to optimality (or proven infeasible)
+    moves: int | None  # fewest moves of an assignment with a valid order; None: none found
+    proven: bool  # every solve optimal (or proven infeasible), and the order search settled
     node: str | None
     seconds: float
     columns: int
+    unordered: int | None = None  # the MILP's first optimum, order ignored (a lower bound)
+    cuts: int = 0  # assignments cut off for having no valid order
 
 
 def fewest_moves(
@@ -55,20 +67,105 @@ def fewest_moves(
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("time_limit", float(time_limit))
     m.build(h, options)
-    h.run()
-    status = h.getModelStatus()
-    seconds = time.perf_counter() - started
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return RoomOptimum(None, True, None, seconds, m.n)
-    info = h.getInfo()
-    if int(info.primal_solution_status) != 2:  # no feasible solution found in time
-        return RoomOptimum(None, False, None, seconds, m.n)
-    sol = np.array(h.getSolution().col_value)
-    node = next((n for n, i in m.w.items() if sol[i] > 0.5), None)
-    moves = round(float(sum(sol[i] for i in m.moved.values())))
-    return RoomOptimum(moves, status == highspy.HighsModelStatus.kOptimal, node, seconds, m.n)
+    unordered: int | None = None
+    proven = True
+    for cuts in range(MAX_CUTS + 1):
+        left = time_limit - (time.perf_counter() - started)
+        if left <= 0:
+            return RoomOptimum(None, False, None, time.perf_counter() - started, m.n, unordered, cuts)
+        h.setOptionValue("time_limit", float(left))
+        h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kInfeasible:
+            return RoomOptimum(None, proven, None, time.perf_counter() - started, m.n, unordered, cuts)
+        if int(h.getInfo().primal_solution_status) != 2:  # no feasible solution found in time
+            return RoomOptimum(None, False, None, time.perf_counter() - started, m.n, unordered, cuts)
+        proven = proven and status == highspy.HighsModelStatus.kOptimal
+        sol = np.array(h.getSolution().col_value)
+        node = next((n for n, i in m.w.items() if sol[i] > 0.5), None)
+        moves = round(float(sum(sol[i] for i in m.moved.values())))
+        unordered = moves if unordered is None else unordered
+        assignment = m.assignment(sol)
+        settled = _orderable(e, assignment)
+        if settled:
+            return RoomOptimum(moves, proven, node, time.perf_counter() - started, m.n, unordered, cuts)
+        proven = proven and settled is not None
+        m.cut(h, assignment)
+    return RoomOptimum(None, False, None, time.perf_counter() - started, m.n, unordered, MAX_CUTS)
+
+
+def _orderable(e: Engine, assignment: dict[int, tuple[int, ...]]) -> bool | None:
+    """Whether the moves (pod -> its final GPUs) have an order in which each is valid when made
+    (HAMi's Fit on its GPUs, its node's CPU, memory and pod slot); None if the search gave up."""
+    return _Order(e, assignment).search(frozenset())
+
+
+class _Order:
+    """A depth-first search over the sets of moves made, each set seen once."""
+
+    def __init__(self, e: Engine, assignment: dict[int, tuple[int, ...]]) -> None:
+        self.e = e
+        self.assignment = assignment
+        self.use = {g: e.g_use[g].copy() for p, gs in assignment.items() for g in (*e.p_origin[p], *gs)}
+        self.room = dict(e.n_free)
+        self.pods = sorted(assignment)
+        self.seen: set[frozenset[int]] = set()
+
+    def shift(self, p: int, src: tuple[int, ...], dst: tuple[int, ...]) -> None:
+        e, req = self.e, self.e.p_req[p]
+        assert req is not None
+        for g, sign in [*((g, -1) for g in src), *((g, 1) for g in dst)]:
+            u, d = self.use[g], e.g_dev[g]
+            u.used += sign
+            u.usedmem += sign * req.memory_on(d.devmem)
+            u.usedcores += sign * req.coresreq
+        a, b = e.g_node[src[0]], e.g_node[dst[0]]
+        if a != b:
+            if a in self.room:
+                self.room[a] = self.room[a] + e.p_res[p]
+            if b in self.room:
+                self.room[b] = self.room[b] - e.p_res[p]
+
+    def ready(self, p: int) -> bool:
+        e = self.e
+        req, dst, src = e.p_req[p], self.assignment[p], e.p_origin[p]
+        assert req is not None
+        node = e.g_node[dst[0]]
+        free = self.room.get(node)
+        if free is not None and node != e.g_node[src[0]] and not free.covers(e.p_res[p]):
+            return False
+        sel = e.p_alloc[p].request.selectors
+        for g in dst:
+            u = self.use[g].copy()
+            if g in src:
+                u.used -= 1
+                u.usedmem -= req.memory_on(e.g_dev[g].devmem)
+                u.usedcores -= req.coresreq
+            if gpu_fit_reason(req, e.g_dev[g], u, sel, e.g_cordoned[g]) is not None:
+                return False
+        return True
+
+    def search(self, done: frozenset[int]) -> bool | None:
+        if len(done) == len(self.pods):
+            return True
+        if done in self.seen:
+            return False
+        if len(self.seen) >= ORDER_STATES:
+            return None
+        self.seen.add(done)
+        gave_up = False
+        for p in self.pods:
+            if p in done or not self.ready(p):
+                continue
+            src, dst = self.e.p_origin[p], self.assignment[p]
+            self.shift(p, src, dst)
+            found = self.search(done | {p})
+            self.shift(p, dst, src)
+            if found:
+                return True
+            gave_up = gave_up or found is None
+        return None if gave_up else False
 
 
 class _Model:
@@ -103,6 +200,24 @@ class _Model:
         self.w: dict[str, int] = {}
         self.z: dict[int, int] = {}
         self.moved: dict[int, int] = {}
+
+    def assignment(self, sol: Any) -> dict[int, tuple[int, ...]]:
+        """The pods the solution moves, each with the GPUs it ends on."""
+        out: dict[int, list[int]] = {}
+        for (p, g), i in self.x.items():
+            if sol[i] > 0.5 and sol[self.moved[p]] > 0.5:
+                out.setdefault(p, []).append(g)
+        return {p: tuple(sorted(gs)) for p, gs in out.items()}
+
+    def cut(self, h: Any, assignment: dict[int, tuple[int, ...]]) -> None:
+        """Cut off exactly this assignment: the same moves and no other pod moving."""
+        import numpy as np
+
+        terms = [(self.x[(p, g)], 1.0) for p, gs in assignment.items() for g in gs]
+        terms += [(i, -1.0) for p, i in self.moved.items() if p not in assignment]
+        size = sum(len(gs) for gs in assignment.values())
+        idx = np.array([i for i, _ in terms], dtype=np.int32)
+        h.addRow(-h.getInfinity(), float(size - 1), len(terms), idx, np.array([c for _, c in terms]))
 
     def col(self, hi: float = 1.0, cost: float = 0.0) -> int:
         self.lo.append(0.0)
@@ -162,7 +277,7 @@ class _Model:
         e, inf = self.e, h.getInfinity()
         h.addVars(self.n, np.array(self.lo), np.array(self.hi))
         h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), np.array(self.cost))
-        relaxed = set(self.moved.values())  # continuous: 1 - x at its optimum
+        relaxed = set(self.moved.values())  # continuous, and exactly 1 - x by the rows below
         ints = [i for i in range(self.n) if i not in relaxed]
         h.changeColsIntegrality(
             len(ints), np.array(ints, dtype=np.int32), np.full(len(ints), highspy.HighsVarType.kInteger)
@@ -188,6 +303,9 @@ class _Model:
                 row(0, 0, [*xs, (i, -float(req.nums))])
             for g in e.p_origin[p]:  # moved[p] >= 1 - x[p, g] for each GPU it holds now
                 row(1, inf, [(self.moved[p], 1.0), (self.x[(p, g)], 1.0)])
+            # and moved[p] = 0 when it keeps them all (exact, for the cuts of unordered assignments)
+            origin = e.p_origin[p]
+            row(-inf, float(len(origin)), [(self.moved[p], 1.0), *((self.x[(p, g)], 1.0) for g in origin)])
         row(1, 1, [(i, 1.0) for i in self.w.values()])
         for name, i in self.w.items():
             zs = [(self.z[g], 1.0) for g in e.node_gids[name] if g in self.z]

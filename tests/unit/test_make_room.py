@@ -47,8 +47,8 @@ def assert_fits_after(state: ClusterState, plan: RoomPlan) -> None:
 
 def scattered() -> ClusterState:
     # n1: 20%, 30%, 60%, empty. n2: 50%, 50%. Nowhere are two GPUs free for a 2-GPU pod.
-    # n1 needs one move (the 20% or the 30% out), n2 one (a 50% onto the other): the 20% is the
-    # least compute to disturb, and best fit puts it next to the 60%.
+    # Each node needs one move; n1 comes first by name, and there the largest pod that can go
+    # (the 60%, next to the 30%: best fit) goes first, leaving GPUs 2 and 3 free.
     return state_of(
         [node("n1", 4), node("n2", 2)],
         [
@@ -65,12 +65,12 @@ def test_a_two_gpu_pod_with_scattered_free_capacity_gets_the_fewest_moves_and_na
     s = scattered()
     r = make_room(s, parse_room_request("gpus=2"))
     assert [(m.pod, m.from_node, m.from_gpus, m.to_node, m.to_gpus) for m in r.moves] == [
-        ("ns/a", "n1", (0,), "n1", (2,))
+        ("ns/c", "n1", (2,), "n1", (1,))
     ]
-    assert (r.node, r.gpus, r.uuids) == ("n1", (0, 3), (gpu_uuid("n1", 0), gpu_uuid("n1", 3)))
+    assert (r.node, r.gpus, r.uuids) == ("n1", (2, 3), (gpu_uuid("n1", 2), gpu_uuid("n1", 3)))
     assert r.moves[0].reason == "make room for request on n1" and r.reason == ""
     assert_fits_after(s, r)
-    assert r.as_dict()["gpus"] == [0, 3] and r.as_dict()["fits"] is True
+    assert r.as_dict()["gpus"] == [2, 3] and r.as_dict()["fits"] is True
 
 
 def test_two_moves_when_no_node_can_do_it_with_one() -> None:
@@ -242,6 +242,22 @@ def test_ejection_chain_makes_room_when_a_pod_fits_nowhere_directly() -> None:
     # without the chain's second move there is no room
     r = make_room(s, parse_room_request("gpus=1,node-selector=zone=a"), PlanOptions(max_moves=1))
     assert r.reason == "node n1 has room for 1 GPU only after 2 moves, over --max-moves 1"
+
+
+def test_a_pod_that_fits_nowhere_bumps_a_larger_one_with_fewer_cpus() -> None:
+    # p (40%, 8 CPUs) must leave n1's one GPU. n2's GPU has room only without q (70%, 2 CPUs);
+    # n3 has an empty GPU but 4 CPUs, enough for q, not for p. An ejection chain moves only pods
+    # smaller than the one placed; a bump moves q (larger) first.
+    small = node("n3", 1)
+    small["status"]["allocatable"]["cpu"] = "4"
+    s = state_of(
+        [node("n1", 1, labels={"zone": "a"}), node("n2", 1), small],
+        [with_cpu(pod("p", "n1", (0,), 40), "8"), with_cpu(pod("q", "n2", (0,), 70), "2")],
+    )
+    r = make_room(s, parse_room_request("gpus=1,node-selector=zone=a"))
+    assert (r.node, r.gpus) == ("n1", (0,))
+    assert [(m.pod, m.to_node, m.to_gpus) for m in r.moves] == [("ns/q", "n3", (0,)), ("ns/p", "n2", (0,))]
+    assert_fits_after(s, r)
 
 
 def test_deterministic_and_independent_of_input_order() -> None:
