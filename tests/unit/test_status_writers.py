@@ -8,6 +8,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 WRITER = "transitions.py"
+POLICY_WRITER = "autopilot.py"
 
 
 def _status_writes(tree: ast.AST) -> list[str]:
@@ -37,7 +38,30 @@ def test_only_transitions_writes_status() -> None:
     }
     leader = writes.pop("leader.py", [])
     assert all(w.endswith(": PUT") for w in leader), leader  # its Lease, not a placement
+    writes.pop(POLICY_WRITER, None)  # a HamiDefragPolicy's status: see the test below
     assert set(writes) == {WRITER}, writes
+
+
+def test_the_autopilot_writes_only_its_policies_status() -> None:
+    """agent/autopilot.py writes HamiDefragPolicy status (its one ``_write``), never a placement's."""
+    tree = ast.parse((AGENT / POLICY_WRITER).read_text())
+    status_paths = [
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and any(k.arg == "status" for k in n.keywords)
+    ]
+    assert status_paths == ["policy_path"], status_paths
+    puts = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "request"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and n.args[0].value in ("PUT", "PATCH")
+    ]
+    assert len(puts) == 1 and "policy_path" in ast.unparse(puts[0]), [ast.unparse(p) for p in puts]
 
 
 def test_the_checker_sees_a_status_write() -> None:
