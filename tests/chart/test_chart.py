@@ -599,6 +599,65 @@ def test_install_upgrade_uninstall(testbed, tmp_path, api, ns) -> None:
     ext.read_custom_resource_definition(CRD_NAME)
 
 
+def test_the_example_policy_is_admitted_only_by_a_running_agent(testbed, tmp_path, api, ns) -> None:
+    """docs/chart.md: the policies webhook (failurePolicy Fail) is the release's own, so once it is
+    active, creating the example policy needs a Ready agent: with none (the image here is pause)
+    `helm upgrade` enabling it fails on the webhook call and no policy exists."""
+    from testbed.crd import install_crd
+    from testbed.waiting import wait_for
+
+    install_crd(api)
+    scope = f"chart-{secrets.token_hex(4)}"
+    name = f"example-{scope}"
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "image": {"repository": "registry.k8s.io/pause", "tag": "3.10"},
+                "webhook": {"namespaceSelector": {"matchLabels": {"hami-place-chart-test": scope}}},
+                "autopilot": {"examplePolicy": {"name": name, "selector": {"namespaces": ["ml"]}}},
+            }
+        )
+    )
+    custom = client.CustomObjectsApi(api)
+    probe = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "HamiDefragPolicy",
+        "metadata": {"name": f"probe-{scope}"},
+        "spec": {"triggers": {"pendingPods": {"after": "5m"}}, "selector": {"namespaces": ["ml"]}},
+    }
+
+    def webhook_active() -> bool:
+        try:
+            custom.create_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", probe, dry_run="All")
+        except ApiException as e:
+            return "policies.hami-place.scheduling.hami.placement.com" in (e.body or "")
+        return False
+
+    base = ["-n", ns, "-f", str(values)]
+    try:
+        helm(testbed, tmp_path, "install", RELEASE, str(CHART), *base)
+        wait_for("the release's policies webhook to be called", webhook_active, 30)
+        proc = helm(
+            testbed,
+            tmp_path,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            *base,
+            "--set",
+            "autopilot.examplePolicy.enabled=true",
+            check=False,
+        )
+        assert proc.returncode != 0
+        assert "policies.hami-place.scheduling.hami.placement.com" in proc.stderr, proc.stderr
+    finally:
+        helm(testbed, tmp_path, "uninstall", RELEASE, "-n", ns, "--wait", check=False)
+    with pytest.raises(ApiException) as e:
+        custom.get_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", name)
+    assert e.value.status == 404
+
+
 # ---- drift guards -----------------------------------------------------------------------------
 
 # Variables the chart deliberately leaves alone: the listen host (0.0.0.0 is right in a pod), the
