@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evict": ("kubectl_hami_place.placement_cmds", "evict", "Evict a pod safely, and wait for its replacement."),
     "cancel": ("kubectl_hami_place.placement_cmds", "cancel", "Withdraw a placement that has not been consumed yet."),
     "status": ("kubectl_hami_place.status_cmd", "status", "List placements: phase, reason, target, pod and age."),
+    "policies": (
+        "kubectl_hami_place.policies_cmd",
+        "policies",
+        "List the autopilot's HamiDefragPolicies: mode, state, plan and moves.",
+    ),
     "plan": ("kubectl_hami_place.plan_cmd", "plan", "Plan the moves that free the most whole GPUs (no changes)."),
     "defrag": ("kubectl_hami_place.defrag_cmd", "defrag", "Plan moves that free whole GPUs and execute them safely."),
     "completion": ("kubectl_hami_place.misc_cmds", "completion", "Print a shell completion script (bash, zsh, fish)."),
@@ -79,6 +84,7 @@ def cli(debug: bool) -> None:
       kubectl hami-place pin deploy/trainer --node gpu-node-3 --gpu gpu-0 --gpu gpu-1
       kubectl hami-place move trainer-7d9f-abcde --node gpu-node-3 --gpu gpu-2 --evict
       kubectl hami-place status -A -w                # placements, live
+      kubectl hami-place policies                    # the autopilot's policies and their plans
     """
 
 

@@ -45,6 +45,13 @@ EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]
+# agent/autopilot.py, with autopilot.enabled (the default): the cache lists and watches policies,
+# the status subresource is PUT, and each move is a placement with evictPod.
+AUTOPILOT_RULES = [
+    {"apiGroups": [GROUP], "resources": ["hamidefragpolicies"], "verbs": ["list", "watch"]},
+    {"apiGroups": [GROUP], "resources": ["hamidefragpolicies/status"], "verbs": ["update"]},
+    {"apiGroups": [GROUP], "resources": ["hamipodplacements"], "verbs": ["create"]},
+]
 # agent/leader.py: GET the Lease, POST it when absent, PUT it to renew or take over.
 EXPECTED_LEASE_RULES = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
@@ -117,6 +124,19 @@ def test_contradictory_values_fail_the_render(testbed, tmp_path) -> None:
         ("--set", "webhook.mutating.failurePolicy=Sometimes"): "failurePolicy",
         ("--set", "agent.evictionQps=0"): "evictionQps",
         ("--set", "webhook.clientAuth.enabled=true"): "caBundle",
+        ("--set", "autopilot.examplePolicy.mode=Always"): "value must be one of 'DryRun', 'Apply'",
+        ("--set", "autopilot.examplePolicy.minInterval=5 minutes"): "minInterval",
+        ("--set", "autopilot.examplePolicy.budgets.movesPerHour=-1"): "movesPerHour",
+        ("--set", "autopilot.intervalSeconds=0"): "intervalSeconds",
+        ("--set-string", "autopilot.enabled=yes"): "want boolean",
+        (
+            "--set",
+            "autopilot.examplePolicy.enabled=true",
+        ): "autopilot.examplePolicy.selector.namespaces is empty: list the namespaces",
+        (
+            "--set",
+            "autopilot.examplePolicy.enabled=true,autopilot.enabled=false,autopilot.examplePolicy.selector.namespaces={ml}",
+        ): "autopilot.examplePolicy.enabled=true needs autopilot.enabled=true",
     }
     for argv, message in cases.items():
         proc = helm(testbed, tmp_path, "template", RELEASE, str(CHART), *argv, check=False)
@@ -129,6 +149,7 @@ def test_default_render_shape(testbed, tmp_path) -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         [
+            "ClusterRole",
             "ClusterRole",
             "ClusterRole",
             "ClusterRoleBinding",
@@ -169,10 +190,14 @@ def test_default_render_shape(testbed, tmp_path) -> None:
     (pdb,) = by_kind(docs, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
 
+    assert env["HAMI_PLACE_AUTOPILOT_ENABLED"] == "true" and env["HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS"] == "15"
+    assert "HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR" not in env
+    assert by_kind(docs, "HamiDefragPolicy") == []  # the example policy is opt-in
+
     (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
     (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
     (m,) = mwc["webhooks"]
-    (v,) = vwc["webhooks"]
+    v, p = vwc["webhooks"]
     ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
     assert (m["failurePolicy"], m["reinvocationPolicy"], m["sideEffects"], m["timeoutSeconds"]) == (
         "Ignore",
@@ -190,8 +215,23 @@ def test_default_render_shape(testbed, tmp_path) -> None:
     assert (v["failurePolicy"], v["sideEffects"]) == ("Fail", "None")
     assert v["rules"][0]["resources"] == ["hamipodplacements"]
     assert v["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    # HamiDefragPolicy: cluster-scoped (no namespaceSelector), the same service path, always Fail.
+    assert p["name"] == "policies.hami-place.scheduling.hami.placement.com"
+    assert p["rules"] == [
+        {
+            "apiGroups": [GROUP],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["hamidefragpolicies"],
+            "scope": "Cluster",
+        }
+    ]
+    assert "namespaceSelector" not in p and "objectSelector" not in p
+    assert (p["failurePolicy"], p["sideEffects"], p["admissionReviewVersions"]) == ("Fail", "None", ["v1"])
+    assert p["clientConfig"]["service"] == v["clientConfig"]["service"]
     (secret,) = by_kind(docs, "Secret")
     assert m["clientConfig"]["caBundle"] == v["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert p["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     svc_name = m["clientConfig"]["service"]["name"]
     (svc,) = by_kind(docs, "Service")
     assert svc["metadata"]["name"] == svc_name and svc["spec"]["ports"][0]["port"] == 8083
@@ -227,7 +267,18 @@ def test_cert_manager_mode_excludes_the_generated_secret(testbed, tmp_path) -> N
 def test_rbac_is_exactly_what_the_agent_calls(testbed, tmp_path) -> None:
     docs = render(testbed, tmp_path, "kube-system")
     roles = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole")}
-    assert roles[RELEASE]["rules"] == EXPECTED_CLUSTER_RULES
+    assert roles[RELEASE]["rules"] == EXPECTED_CLUSTER_RULES + AUTOPILOT_RULES
+    viewer = roles[f"{RELEASE}-policy-viewer"]
+    for role in ("view", "edit", "admin"):
+        assert viewer["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+    # read-only: creating a policy lets the autopilot evict pods, a cluster-admin decision
+    assert viewer["rules"] == [
+        {"apiGroups": [GROUP], "resources": ["hamidefragpolicies"], "verbs": ["get", "list", "watch"]}
+    ]
+    aggregated = [r for d in by_kind(docs, "ClusterRole") if "aggregate-to" in str(d["metadata"]) for r in d["rules"]]
+    assert not [
+        r for r in aggregated if "hamidefragpolicies" in r["resources"] and set(r["verbs"]) - {"get", "list", "watch"}
+    ]
     editor = roles[f"{RELEASE}-placement-editor"]
     assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert editor["rules"] == [
@@ -252,6 +303,103 @@ def test_rbac_is_exactly_what_the_agent_calls(testbed, tmp_path) -> None:
     assert env["HAMI_PLACE_LEADER_ELECTION"] == "false"
 
 
+def test_autopilot_off_removes_its_rules_env_and_webhook(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system", "--set", "autopilot.enabled=false")
+    roles = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole")}
+    assert roles[RELEASE]["rules"] == EXPECTED_CLUSTER_RULES
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_AUTOPILOT_ENABLED"] == "false"
+    (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert [h["name"] for h in vwc["webhooks"]] == ["placements.hami-place.scheduling.hami.placement.com"]
+    # the viewer role only reads: it stays (the CRD is installed either way)
+    assert f"{RELEASE}-policy-viewer" in roles
+    no_viewer = render(testbed, tmp_path, "kube-system", "--set", "rbac.policyViewer=false")
+    assert f"{RELEASE}-policy-viewer" not in {d["metadata"]["name"] for d in by_kind(no_viewer, "ClusterRole")}
+    # without the validating webhook there is no policies webhook either
+    off = render(testbed, tmp_path, "kube-system", "--set", "webhook.validating.enabled=false")
+    assert by_kind(off, "ValidatingWebhookConfiguration") == []
+
+
+AUTOPILOT_VALUES = CHART / "ci" / "autopilot-values.yaml"
+
+
+def test_example_policy_renders_from_the_values(testbed, tmp_path) -> None:
+    docs = render(testbed, tmp_path, "kube-system", "-f", str(AUTOPILOT_VALUES))
+    (policy,) = by_kind(docs, "HamiDefragPolicy")
+    assert policy["apiVersion"] == f"{GROUP}/v1"
+    assert policy["metadata"]["name"] == "nightly-defrag"
+    assert "namespace" not in policy["metadata"]  # cluster-scoped
+    assert policy["spec"] == {
+        "mode": "Apply",
+        "triggers": {"pendingPods": {"after": "10m"}, "freeGPUs": {"below": 2}},
+        "selector": {
+            "namespaces": ["ml", "research"],
+            "podSelector": {"matchLabels": {"hami-place/movable": "true"}},
+            "maxPriority": 1000,
+        },
+        "nodeSelector": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a100"]}]},
+        "window": {"schedule": "0 2 * * *", "duration": "2h", "timeZone": "Europe/Berlin"},
+        "minInterval": "2m",
+        "budgets": {"movesPerRun": 3, "movesPerHour": 6, "movesPerNode": 1, "movesPerWorkload": 1},
+    }
+    (dep,) = by_kind(docs, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS"] == "30"
+    # the defaults: DryRun, pending pods after 5m, no window, the CRD's default budgets
+    (minimal,) = by_kind(
+        render(
+            testbed,
+            tmp_path,
+            "kube-system",
+            "--set",
+            "autopilot.examplePolicy.enabled=true",
+            "--set",
+            "autopilot.examplePolicy.selector.namespaces={ml}",
+            "--set-json",
+            'autopilot.policySelector={"hami-place/agent":"canary"}',
+        ),
+        "HamiDefragPolicy",
+    )
+    assert minimal["metadata"]["name"] == "gpu-autopilot"
+    assert minimal["metadata"]["labels"]["hami-place/agent"] == "canary"  # the agent's policy selector
+    assert minimal["spec"] == {
+        "mode": "DryRun",
+        "triggers": {"pendingPods": {"after": "5m"}},
+        "selector": {"namespaces": ["ml"]},
+        "minInterval": "5m",
+        "budgets": {"movesPerRun": 5, "movesPerHour": 10, "movesPerNode": 2, "movesPerWorkload": 1},
+    }
+
+
+def test_example_policy_is_valid_against_the_crd(testbed, tmp_path, api) -> None:
+    """Created for real on the API server (the CRD's schema and CEL rules), then deleted."""
+    from testbed.crd import install_crd
+
+    install_crd(api)
+    custom = client.CustomObjectsApi(api)
+    for argv in (
+        ["-f", str(AUTOPILOT_VALUES)],
+        ["--set", "autopilot.examplePolicy.enabled=true", "--set", "autopilot.examplePolicy.selector.namespaces={ml}"],
+    ):
+        (policy,) = by_kind(render(testbed, tmp_path, "kube-system", *argv), "HamiDefragPolicy")
+        name = f"chart-example-{secrets.token_hex(3)}"
+        policy["metadata"]["name"] = name
+        created = custom.create_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", policy)
+        try:
+            assert created["spec"]["mode"] == policy["spec"]["mode"]
+            assert created["spec"]["selector"] == policy["spec"]["selector"]
+        finally:
+            custom.delete_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", name)
+    # and the API server refuses what the schema refuses: the test is not vacuous
+    (bad,) = by_kind(render(testbed, tmp_path, "kube-system", "-f", str(AUTOPILOT_VALUES)), "HamiDefragPolicy")
+    bad["metadata"]["name"] = f"chart-bad-{secrets.token_hex(3)}"
+    bad["spec"]["window"]["schedule"] = "0 2 * *"
+    with pytest.raises(ApiException) as e:
+        custom.create_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", bad)
+    assert e.value.status in (403, 422) and "schedule must have five fields" in e.value.body
+
+
 def test_custom_values_reach_the_objects(testbed, tmp_path) -> None:
     docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "custom-values.yaml"))
     assert by_kind(docs, "NetworkPolicy") == []
@@ -262,6 +410,7 @@ def test_custom_values_reach_the_objects(testbed, tmp_path) -> None:
     assert env["HAMI_PLACE_NAMESPACE_SELECTOR"] == "gpu=true"
     assert env["HAMI_PLACE_EVICTION_QPS"] == "0.5"
     assert env["HAMI_PLACE_MAX_MOVES_IN_FLIGHT"] == "8"
+    assert env["HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR"] == "hami-place/agent=canary"
     assert c["resources"]["limits"] == {"cpu": "2", "memory": "2Gi"}
     (m,) = by_kind(docs, "MutatingWebhookConfiguration")[0]["webhooks"]
     assert m["namespaceSelector"]["matchLabels"] == {"hami-place/enabled": "true"}
@@ -309,6 +458,24 @@ def test_notes_warn_about_risky_settings(testbed, tmp_path) -> None:
     assert "progressProxy.controlPlaneCIDRs is empty: any pod can reach" in risky
     fenced = notes("--set", "progressProxy.enabled=true", "--set", "progressProxy.controlPlaneCIDRs={10.0.0.0/24}")
     assert "WARNING" not in fenced and "-progress-reader" in fenced
+    # the autopilot: whether it runs, how to see policies, and that Apply evicts
+    assert "Autopilot: enabled" in safe and "kubectl get hamidefragpolicies" in safe
+    assert "kubectl hami-place policies" in safe and "mode Apply evicts pods on its own" in safe
+    assert "Autopilot: disabled" in notes("--set", "autopilot.enabled=false")
+    namespaces = (
+        "--set",
+        "autopilot.examplePolicy.enabled=true",
+        "--set",
+        "autopilot.examplePolicy.selector.namespaces={ml}",
+    )
+    dry = notes(*namespaces)
+    assert "WARNING" not in dry and "Example policy gpu-autopilot (DryRun)" in dry
+    applied = notes(*namespaces, "--set", "autopilot.examplePolicy.mode=Apply")
+    assert (
+        "WARNING: autopilot.examplePolicy.mode=Apply: HamiDefragPolicy gpu-autopilot EVICTS pods automatically"
+        in applied
+    )
+    assert "namespaces ml, within its budgets (5 moves per run, 10 per hour)" in applied
 
 
 def test_progress_proxy_is_fenced_and_its_role_names_one_service_port(testbed, tmp_path) -> None:
@@ -353,7 +520,10 @@ CERT_MANAGER_KINDS = {"Issuer", "Certificate"}  # no cert-manager CRDs on the te
 
 
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.stem if v else "defaults")
-def test_every_rendered_object_passes_server_side_dry_run(testbed, tmp_path, ns, values) -> None:
+def test_every_rendered_object_passes_server_side_dry_run(testbed, tmp_path, api, ns, values) -> None:
+    from testbed.crd import install_crd
+
+    install_crd(api)  # the autopilot values render a HamiDefragPolicy
     argv = ["-f", str(values)] if values else []
     docs = [d for d in render(testbed, tmp_path, ns, *argv) if d["kind"] not in CERT_MANAGER_KINDS]
     stream = yaml.safe_dump_all(docs)
@@ -393,9 +563,11 @@ def test_install_upgrade_uninstall(testbed, tmp_path, api, ns) -> None:
         core.read_namespaced_service_account(RELEASE, ns)
         rbac.read_cluster_role(RELEASE)
         rbac.read_cluster_role(f"{RELEASE}-placement-editor")
+        rbac.read_cluster_role(f"{RELEASE}-policy-viewer")
         rbac.read_namespaced_role(f"{RELEASE}-leader-election", ns)
         mwc = adm.read_mutating_webhook_configuration(RELEASE)
         vwc = adm.read_validating_webhook_configuration(RELEASE)
+        assert [h.name for h in vwc.webhooks][1:] == ["policies.hami-place.scheduling.hami.placement.com"]
         assert mwc.webhooks[0].namespace_selector.match_labels == {"hami-place-chart-test": scope}
         assert vwc.webhooks[0].namespace_selector.match_labels == {"hami-place-chart-test": scope}
         ext.read_custom_resource_definition(CRD_NAME)
@@ -425,6 +597,65 @@ def test_install_upgrade_uninstall(testbed, tmp_path, api, ns) -> None:
         assert e.value.status == 404
     # Helm never deletes what it installed from chart/crds: the placements survive an uninstall.
     ext.read_custom_resource_definition(CRD_NAME)
+
+
+def test_the_example_policy_is_admitted_only_by_a_running_agent(testbed, tmp_path, api, ns) -> None:
+    """docs/chart.md: the policies webhook (failurePolicy Fail) is the release's own, so once it is
+    active, creating the example policy needs a Ready agent: with none (the image here is pause)
+    `helm upgrade` enabling it fails on the webhook call and no policy exists."""
+    from testbed.crd import install_crd
+    from testbed.waiting import wait_for
+
+    install_crd(api)
+    scope = f"chart-{secrets.token_hex(4)}"
+    name = f"example-{scope}"
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "image": {"repository": "registry.k8s.io/pause", "tag": "3.10"},
+                "webhook": {"namespaceSelector": {"matchLabels": {"hami-place-chart-test": scope}}},
+                "autopilot": {"examplePolicy": {"name": name, "selector": {"namespaces": ["ml"]}}},
+            }
+        )
+    )
+    custom = client.CustomObjectsApi(api)
+    probe = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "HamiDefragPolicy",
+        "metadata": {"name": f"probe-{scope}"},
+        "spec": {"triggers": {"pendingPods": {"after": "5m"}}, "selector": {"namespaces": ["ml"]}},
+    }
+
+    def webhook_active() -> bool:
+        try:
+            custom.create_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", probe, dry_run="All")
+        except ApiException as e:
+            return "policies.hami-place.scheduling.hami.placement.com" in (e.body or "")
+        return False
+
+    base = ["-n", ns, "-f", str(values)]
+    try:
+        helm(testbed, tmp_path, "install", RELEASE, str(CHART), *base)
+        wait_for("the release's policies webhook to be called", webhook_active, 30)
+        proc = helm(
+            testbed,
+            tmp_path,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            *base,
+            "--set",
+            "autopilot.examplePolicy.enabled=true",
+            check=False,
+        )
+        assert proc.returncode != 0
+        assert "policies.hami-place.scheduling.hami.placement.com" in proc.stderr, proc.stderr
+    finally:
+        helm(testbed, tmp_path, "uninstall", RELEASE, "-n", ns, "--wait", check=False)
+    with pytest.raises(ApiException) as e:
+        custom.get_cluster_custom_object(GROUP, "v1", "hamidefragpolicies", name)
+    assert e.value.status == 404
 
 
 # ---- drift guards -----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """The chart's RBAC is minimal: remove any one rule and the agent, run with that reduced
-ServiceAccount, fails at least one of its duties (start, pin, move, events, REST auth, leadership).
+ServiceAccount, fails at least one of its duties (start, pin, move, events, REST auth, leadership,
+and with autopilot.enabled the autopilot's move).
 
 Each case installs its own ServiceAccount with the chart's rules minus one, runs the real agent
 with its token, and runs a short probe of every duty; the test asserts that some duty fails and
-names it in the report."""
+names it in the report. The autopilot's three rules are probed with the autopilot on (an Apply
+policy must complete one move); a control case with no rule removed shows that probe succeeds."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet
 from testbed.allocation import start_allocator
@@ -24,6 +27,7 @@ from testbed.gpu_nodes import NodeSpec
 from testbed.placements import placement
 from testbed.processes import StartupError
 from testbed.tokens import admin_token
+from testbed.waiting import running_pods
 from testbed.workloads import deployment
 
 # The pin and move duties cross HAMi (its Filter allocates the pinned pods): both modes.
@@ -39,9 +43,22 @@ def _chart_rules(testbed) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return agent_role["rules"], lease_role["rules"]
 
 
+# The chart's ClusterRole: 9 rules for the agent's core duties, then (autopilot.enabled, the default)
+# 3 for the autopilot: hamidefragpolicies list/watch, hamidefragpolicies/status update,
+# hamipodplacements create.
+CORE_RULES, AUTOPILOT_RULES = 9, 3
+
+
 def _cases() -> list[str]:
-    # ids resolved at run time from the chart; 9 ClusterRole rules + the lease Role
-    return [f"cluster-rule-{i}" for i in range(9)] + ["lease-role"]
+    # ids resolved at run time from the chart; 12 ClusterRole rules + the lease Role + a control
+    # (nothing removed) that the autopilot probe must pass
+    return [f"cluster-rule-{i}" for i in range(CORE_RULES + AUTOPILOT_RULES)] + ["lease-role", "autopilot-control"]
+
+
+def _autopilot_case(case: str) -> bool:
+    return case == "autopilot-control" or (
+        case.startswith("cluster-rule-") and int(case.rsplit("-", 1)[1]) >= CORE_RULES
+    )
 
 
 def _wait(fn, timeout: float) -> bool:
@@ -120,6 +137,70 @@ def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
     return failed
 
 
+SPREAD = {"hami.io/node-scheduler-policy": "spread", "hami.io/gpu-scheduler-policy": "spread"}
+
+
+def _probe_autopilot(api, testbed, s: AgentSet, label: str) -> list[str]:
+    """The autopilot's duty: three 30% pods spread over their own 4-GPU node (one GPU whole-free),
+    an Apply policy that wants 3 free; one move must complete (the policy read, its status written,
+    the move's placement created)."""
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    ns = s.namespace("pilot")
+    node = NodeSpec(f"{ns[:50]}-n0", gpus=4, labels={"pilot-pool": ns})
+    testbed.add_nodes([node])
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
+    name = f"rbac-min-{label}"
+    try:
+        for i in range(3):
+            body = deployment(
+                f"slice-{i}",
+                extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
+                pod_annotations=SPREAD,
+            )
+            body["spec"]["template"]["spec"]["nodeSelector"] = {"pilot-pool": ns}
+            apps.create_namespaced_deployment(ns, body)
+            # one at a time: each sees the GPUs the earlier ones took, so spread puts it on a free one
+            _wait(
+                lambda i=i: [
+                    p
+                    for p in running_pods(core, ns, f"app=slice-{i}")
+                    if "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
+                ],
+                60,
+            )
+        policy = {
+            "apiVersion": dp.API_VERSION,
+            "kind": dp.KIND,
+            "metadata": {"name": name, "labels": {"hami-place-agent": label}},
+            "spec": {
+                "mode": "Apply",
+                "triggers": {"freeGPUs": {"below": 3}},
+                "selector": {"namespaces": [ns]},
+                "nodeSelector": {"matchLabels": {"pilot-pool": ns}},
+                "minInterval": "0s",
+            },
+        }
+        custom.create_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, policy)
+
+        def status() -> dict[str, Any]:
+            return dict(custom.get_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, name).get("status") or {})
+
+        if not _wait(lambda: status().get("movesSucceeded") or status().get("movesFailed"), 60):
+            return [f"autopilot (no move ended; state {status().get('state')})"]
+        st = status()
+        if not st.get("movesSucceeded"):
+            return [f"autopilot move ({(st.get('failedPods') or [{}])[-1].get('reason', '')[:120]})"]
+        return []
+    finally:
+        allocator.stop()
+        try:
+            custom.delete_cluster_custom_object(dp.GROUP, dp.VERSION, dp.PLURAL, name)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+        core.delete_node(node.name)
+
+
 @pytest.mark.parametrize("case", _cases())
 def test_removing_any_rule_breaks_a_duty(api, testbed, tmp_path, case) -> None:
     install_crd(api)
@@ -130,11 +211,16 @@ def test_removing_any_rule_breaks_a_duty(api, testbed, tmp_path, case) -> None:
         if e.status != 409:
             raise
     cluster_rules, lease_rules = _chart_rules(testbed)
-    assert len(cluster_rules) == 9
+    assert len(cluster_rules) == CORE_RULES + AUTOPILOT_RULES
+    assert [r["resources"] for r in cluster_rules[CORE_RULES:]] == [
+        ["hamidefragpolicies"],
+        ["hamidefragpolicies/status"],
+        ["hamipodplacements"],
+    ]
     suffix = secrets.token_hex(3)
     sa = f"agent-minus-{suffix}"
     rules = copy.deepcopy(cluster_rules)
-    removed = "the leader-election Role"
+    removed = "nothing (control)" if case == "autopilot-control" else "the leader-election Role"
     if case.startswith("cluster-rule-"):
         gone = rules.pop(int(case.rsplit("-", 1)[1]))
         removed = f"{gone['resources']} {gone['verbs']}"
@@ -163,28 +249,34 @@ def test_removing_any_rule_breaks_a_duty(api, testbed, tmp_path, case) -> None:
     kubeconfig = testbed.write_token_kubeconfig(tmp_path / "sa.kubeconfig", sa, token)
     target = NodeSpec(f"rbac-min-{suffix}", gpus=4)
     testbed.add_nodes([target])
-    s = AgentSet(
-        testbed,
-        api,
-        tmp_path / "agent",
-        f"min-{suffix}",
-        1,
-        kubeconfig=kubeconfig,
-        env={
-            "HAMI_PLACE_LEADER_ELECTION": "true",
-            "HAMI_PLACE_NAMESPACE": NAMESPACE,
-            "HAMI_PLACE_LEASE_NAME": f"lease-{suffix}",
-            "HAMI_PLACE_LEASE_DURATION_SECONDS": "5",
-        },
-    )
+    autopilot = _autopilot_case(case)
+    env = {
+        "HAMI_PLACE_LEADER_ELECTION": "true",
+        "HAMI_PLACE_NAMESPACE": NAMESPACE,
+        "HAMI_PLACE_LEASE_NAME": f"lease-{suffix}",
+        "HAMI_PLACE_LEASE_DURATION_SECONDS": "5",
+    }
+    if autopilot:
+        env.update(
+            {
+                "HAMI_PLACE_AUTOPILOT_ENABLED": "true",
+                "HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS": "0.5",
+                "HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR": f"hami-place-agent={suffix}",
+                "HAMI_PLACE_EVICTION_TIMEOUT_SECONDS": "6",
+            }
+        )
+    s = AgentSet(testbed, api, tmp_path / "agent", f"min-{suffix}", 1, kubeconfig=kubeconfig, env=env)
     try:
         try:
             s.start(timeout=10)
-            failed = _probe(api, testbed, s, target)
+            failed = _probe_autopilot(api, testbed, s, suffix) if autopilot else _probe(api, testbed, s, target)
         except (StartupError, AssertionError) as e:
             failed = [f"start ({str(e).splitlines()[0][:120]})"]
         print(f"without {removed}: failed duties: {failed}")
-        assert failed, f"removing {removed} broke nothing: the rule is not needed"
+        if case == "autopilot-control":
+            assert failed == [], f"the autopilot probe fails with every rule in place: {failed}\n{s.logs()[-3000:]}"
+        else:
+            assert failed, f"removing {removed} broke nothing: the rule is not needed"
     finally:
         s.stop()
         core.delete_node(target.name)
