@@ -456,7 +456,7 @@ def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet
         ns, {"metadata": {"name": "author-edit"}, "roleRef": {**ref, "name": "edit"}, "subjects": subject}
     )
     cfg = client.Configuration()
-    cfg.host, cfg.verify_ssl = api.configuration.host, False
+    cfg.host, cfg.ssl_ca_cert = api.configuration.host, api.configuration.ssl_ca_cert
     cfg.api_key = {"authorization": f"Bearer {sa_token(api, ns, 'author')}"}
     author = client.ApiClient(cfg)
     try:

@@ -46,11 +46,13 @@ EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]
 # agent/autopilot.py, with autopilot.enabled (the default): the cache lists and watches policies,
-# the status subresource is PUT, and each move is a placement with evictPod.
+# the status subresource is PUT, each move is a placement with evictPod, and the moved pod's
+# controller is read for the placement's podSelector.
 AUTOPILOT_RULES = [
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies/status"], "verbs": ["update"]},
     {"apiGroups": [GROUP], "resources": ["hamipodplacements"], "verbs": ["create"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets", "statefulsets"], "verbs": ["get"]},
 ]
 # agent/leader.py: GET the Lease, POST it when absent, PUT it to renew or take over.
 EXPECTED_LEASE_RULES = [

@@ -44,13 +44,13 @@ def _chart_rules(testbed) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 # The chart's ClusterRole: 9 rules for the agent's core duties, then (autopilot.enabled, the default)
-# 3 for the autopilot: hamidefragpolicies list/watch, hamidefragpolicies/status update,
-# hamipodplacements create.
-CORE_RULES, AUTOPILOT_RULES = 9, 3
+# 4 for the autopilot: hamidefragpolicies list/watch, hamidefragpolicies/status update,
+# hamipodplacements create, replicasets/statefulsets get.
+CORE_RULES, AUTOPILOT_RULES = 9, 4
 
 
 def _cases() -> list[str]:
-    # ids resolved at run time from the chart; 12 ClusterRole rules + the lease Role + a control
+    # ids resolved at run time from the chart; 13 ClusterRole rules + the lease Role + a control
     # (nothing removed) that the autopilot probe must pass
     return [f"cluster-rule-{i}" for i in range(CORE_RULES + AUTOPILOT_RULES)] + ["lease-role", "autopilot-control"]
 
@@ -216,6 +216,7 @@ def test_removing_any_rule_breaks_a_duty(api, testbed, tmp_path, case) -> None:
         ["hamidefragpolicies"],
         ["hamidefragpolicies/status"],
         ["hamipodplacements"],
+        ["replicasets", "statefulsets"],
     ]
     suffix = secrets.token_hex(3)
     sa = f"agent-minus-{suffix}"
