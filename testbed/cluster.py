@@ -1,8 +1,10 @@
 """The test bed: a real control plane plus kwok-managed fake GPU nodes, as local processes.
 
 etcd -> kube-apiserver (RBAC, admission webhooks on) -> kube-controller-manager,
-kube-scheduler (profiles default-scheduler and hami-scheduler) and kwok, all on 127.0.0.1 with
-free ports, all logging to <workdir>/logs/<component>.log.
+kube-scheduler (profile default-scheduler), a second kube-scheduler for the hami-scheduler profile
+(with the stand-in for HAMi's Filter as extender, testbed/filter_standin.py, or with the real HAMi
+scheduler when HAMI_SCHEDULER_BIN is set, testbed/hami.py) and kwok, all on 127.0.0.1 with free
+ports, all logging to <workdir>/logs/<component>.log.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from testbed import build
+from testbed import build, filter_standin
 from testbed.certs import CertificateAuthority, service_account_signer
 from testbed.gpu_nodes import NodeSpec, uniform_nodes
 from testbed.hami import HamiScheduler, extender_config, post_bind_argv, scheduler_binary, webhook_configuration
@@ -30,16 +32,25 @@ POD_CIDR = "10.244.0.0/16"
 # Taints the node lifecycle controller sets and lifts on its own (k8s.io/api/core/v1 well_known_taints.go).
 _LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
-# Without HAMI_SCHEDULER_BIN, "hami-scheduler" is a plain kube-scheduler profile: it honours
-# affinity, taints and extended resources, but does no per-GPU accounting and writes no
-# hami.io/vgpu-* annotations (tests that need those get the stand-in from testbed/allocation.py).
+# Without HAMI_SCHEDULER_BIN, "hami-scheduler" is a kube-scheduler profile of its own whose only
+# extender is the labelled stand-in for HAMi's Filter decision (testbed/filter_standin.py): it
+# honours affinity, taints and extended resources, refuses nodes whose GPUs cannot take the pod as
+# HAMi's Fit judges, but writes no hami.io/vgpu-* annotations (tests that need those get the
+# allocation stand-in from testbed/allocation.py). Extenders are shared by all the profiles of a
+# kube-scheduler, so the default-scheduler profile runs in a kube-scheduler without it.
 SCHEDULER_CONFIG_HEADER = """\
-# kube-scheduler configuration for the hami-place test bed.
-# The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: it is plain kube-scheduler
-# with no HAMi extender, so it places pods by node (affinity, taints, extended resources) but
-# does no per-GPU accounting and writes no hami.io/vgpu-* annotations. With HAMI_SCHEDULER_BIN
-# set, a second kube-scheduler runs that profile with the real HAMi extender instead.
+# kube-scheduler configuration for the hami-place test bed: the default-scheduler profile.
+# The hami-scheduler profile runs in a second kube-scheduler (kube-scheduler-hami-standin in the
+# CI mode, kube-scheduler-hami with HAMI_SCHEDULER_BIN set).
 """
+STANDIN_SCHEDULER_CONFIG_HEADER = """\
+# kube-scheduler configuration for the hami-place test bed, CI mode (no HAMI_SCHEDULER_BIN).
+# The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: plain kube-scheduler with a
+# STAND-IN for HAMi's Filter as its extender (testbed/filter_standin.py: whether the pod fits a
+# node's GPUs, by the project's model of HAMi's Fit). It chooses no GPUs and writes no
+# hami.io/vgpu-* annotations (testbed/allocation_standin.py does, when a test starts it).
+"""
+STANDIN_SCHEDULER = "kube-scheduler-hami-standin"
 HAMI_SCHEDULER_CONFIG_HEADER = """\
 # kube-scheduler configuration for HAMi's profile, as HAMi's chart writes it
 # (charts/hami/templates/scheduler/configmap.yaml): the real HAMi scheduler is the extender.
@@ -323,8 +334,7 @@ class TestBed:
         )
         hami_binary = scheduler_binary()
         profiles = [{"schedulerName": "default-scheduler"}]
-        if hami_binary is None:
-            profiles.append({"schedulerName": "hami-scheduler"})
+        standin = self._spawn_filter_standin() if hami_binary is None else None
         sched = self._spawn_scheduler("kube-scheduler", sched_port, profiles, [], SCHEDULER_CONFIG_HEADER)
         kwok_kc = self.write_kubeconfig(kc / "kwok.kubeconfig", "testbed-kwok", ("system:masters",))
         kwok = self._spawn(
@@ -353,6 +363,8 @@ class TestBed:
         )
         if hami_binary is not None:
             self._start_hami(hami_binary, insecure)
+        if standin is not None:
+            self._start_standin_scheduler(standin, insecure)
         if not kwok.alive():
             raise StartupError(f"kwok exited:\n{kwok.log_tail()}")
 
@@ -375,6 +387,36 @@ class TestBed:
             name,
             [self._bin("kube-scheduler"), f"--config={path}", f"--secure-port={port}", "--bind-address=127.0.0.1"],
         )
+
+    def _spawn_filter_standin(self) -> tuple[Process, str]:
+        """The stand-in for HAMi's Filter (CI mode), started early: Python takes a while to import."""
+        port = free_port()
+        kubeconfig = self.write_kubeconfig(
+            self.workdir / "kubeconfigs" / "hami-filter-standin.kubeconfig",
+            "testbed-hami-filter-standin",
+            ("system:masters",),
+        )
+        proc = Process(filter_standin.COMPONENT, filter_standin.argv(kubeconfig, port), self.log_dir)
+        self.components[proc.name] = proc
+        proc.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        return proc, f"http://127.0.0.1:{port}"
+
+    def _start_standin_scheduler(self, standin: tuple[Process, str], insecure: ssl.SSLContext) -> None:
+        """CI mode: the hami-scheduler profile in its own kube-scheduler, with the Filter stand-in."""
+        t0 = time.monotonic()
+        proc, url = standin
+        wait_until("/healthz", lambda: http_ok(url + "/healthz"), proc, self.start_timeout)
+        port = free_port()
+        sched = self._spawn_scheduler(
+            STANDIN_SCHEDULER,
+            port,
+            [{"schedulerName": "hami-scheduler"}],
+            [filter_standin.extender_config(url)],
+            STANDIN_SCHEDULER_CONFIG_HEADER,
+        )
+        healthz = f"https://127.0.0.1:{port}/healthz"
+        wait_until("/healthz", lambda: http_ok(healthz, insecure), sched, self.start_timeout)
+        self.timings[STANDIN_SCHEDULER] = time.monotonic() - t0
 
     def _start_hami(self, binary: Path, insecure: ssl.SSLContext) -> None:
         """HAMi's scheduler, its kube-scheduler (the hami-scheduler profile) and its webhook."""

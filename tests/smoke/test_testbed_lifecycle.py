@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import TestBed
+from testbed.cluster import STANDIN_SCHEDULER, TestBed
+from testbed.filter_standin import COMPONENT as FILTER_STANDIN
 from testbed.gpu_nodes import uniform_nodes
+from testbed.hami import scheduler_binary
 
 pytestmark = pytest.mark.testbed
 
@@ -50,7 +52,11 @@ def test_teardown_leaves_no_process_or_port(testbed, tmp_path) -> None:
     )
     bed.start()
     pids = bed.pids()
-    assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    base = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    if scheduler_binary() is None:  # the CI mode's hami-scheduler: a kube-scheduler with the Filter stand-in
+        assert set(pids) == base | {FILTER_STANDIN, STANDIN_SCHEDULER}
+    else:
+        assert set(pids) == base | {"hami-scheduler", "kube-scheduler-hami", "hami-device-plugin-post-bind"}
     port = bed.api_port
     etcd_port = int(bed.etcd_url.rsplit(":", 1)[1])
     assert not _port_free(port)
