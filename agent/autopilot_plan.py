@@ -17,12 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_place_core.planning.make_room import RoomRequest, make_room
-
 from hami_place_core.defrag_policy import Policy
 from hami_place_core.pending import PendingPod, pending_gpu_pods
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning.bounds import counted_gpus, restrict
+from hami_place_core.planning.make_room import RoomRequest, make_room
 from hami_place_core.planning.model import Move
 from hami_place_core.state import ClusterState
 

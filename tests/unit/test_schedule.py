@@ -12,7 +12,8 @@ UTC = dt.UTC
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("1.5h", 5400.0), ("0s", 0.0)]
+    ("text", "seconds"),
+    [("90s", 90.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("1.5h", 5400.0), ("0s", 0.0)],
 )
 def test_durations_read_as_go_spells_them(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
