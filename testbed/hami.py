@@ -136,7 +136,8 @@ def mode_banner() -> str:
     binary = scheduler_binary()
     if binary is None:
         return (
-            "HAMi: the labelled stand-in allocates (testbed/allocation_standin.py); "
+            "HAMi: the labelled stand-in allocates (testbed/allocation_standin.py) and filters "
+            "(testbed/filter_standin.py); "
             f"set {ENV} to run the real HAMi scheduler (make test-hami)"
         )
     return f"HAMi: the real scheduler {binary} is the hami-scheduler extender"
