@@ -392,6 +392,18 @@ CREATED_BY_LABEL = f"{GROUP}/created-by"
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
 
 
+_REQ_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def req_id_problem(value: str) -> str:
+    """Why `value` cannot be a reqID (the CRD's length and pattern), or "" if it can."""
+    if not 5 <= len(value) <= 63:
+        return f"{value!r} has {len(value)} characters; a reqID has 5 to 63"
+    if not _REQ_ID.match(value):
+        return f"{value!r}: a reqID has letters, digits, '-', '_' and '.', and starts and ends with a letter or digit"
+    return ""
+
+
 def new_req_id() -> str:
     """A random reqID: 10 lowercase hex characters, well inside the CRD's 5-63 and its pattern."""
     return secrets.token_hex(5)

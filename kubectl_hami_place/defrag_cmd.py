@@ -35,7 +35,7 @@ DEFAULT_MAX_MOVES = 10
 @click.option(
     "--timeout",
     type=Duration(),
-    default=600.0,
+    default="10m",
     show_default=True,
     metavar="DURATION",
     help="Per move: stop following after this long (exit 1; the placement stays).",

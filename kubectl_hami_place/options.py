@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -26,14 +26,21 @@ def kube_options(fn: F) -> F:
         click.option("-A", "--all-namespaces", is_flag=True, help="Act on all namespaces."),
         click.option(
             "--request-timeout",
-            type=click.FloatRange(min=0.1),
-            metavar="SECONDS",
-            help="Give up on a single API request after this many seconds.",
+            type=Duration(),
+            metavar="DURATION",
+            callback=_positive,
+            help="Give up on a single API request after this long (e.g. 5s, 1m; a bare number is seconds).",
         ),
     ]
     for d in reversed(decorators):
         fn = d(fn)
     return fn
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value < 0.1:
+        raise click.BadParameter("must be at least 0.1s", ctx, param)
+    return value
 
 
 def output_option(fn: F) -> F:
@@ -52,34 +59,21 @@ def selector_option(help_text: str) -> Callable[[F], F]:
 
 
 class Duration(click.ParamType):
-    """`90`, `90s`, `5m`, `1h30m`: seconds as a float, as kubectl's --timeout spells durations."""
+    """`90`, `90s`, `5m`, `1h30m`: seconds as a float, as kubectl spells durations (one parser for
+    the CLI, the webhook and the autopilot: hami_place_core/schedule.py). Defaults are given as
+    text (``"10m"``) so that --help shows them the way they are typed."""
 
     name = "duration"
-    _UNITS: ClassVar[dict[str, float]] = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from hami_place_core.schedule import ScheduleError, parse_duration
+
         if isinstance(value, int | float):
             return float(value)
-        text = str(value).strip()
         try:
-            return float(text)
-        except ValueError:
-            pass
-        total, num, i = 0.0, "", 0
-        while i < len(text):
-            ch = text[i]
-            if ch.isdigit() or ch == ".":
-                num += ch
-                i += 1
-                continue
-            unit = "ms" if text.startswith("ms", i) else ch
-            if not num or unit not in self._UNITS:
-                self.fail(f"{value!r} is not a duration like 30s, 5m or 1h30m", param, ctx)
-            total += float(num) * self._UNITS[unit]
-            num, i = "", i + len(unit)
-        if num:
-            self.fail(f"{value!r} is not a duration like 30s, 5m or 1h30m (a unit is missing)", param, ctx)
-        return total
+            return parse_duration(str(value), bare_seconds=True)
+        except ScheduleError as e:
+            self.fail(str(e), param, ctx)
 
 
 def _check_gpus(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from kubectl_hami_place.options import (
     watch_option,
 )
 
-DEFAULT_MOVE_TIMEOUT = 600.0
+DEFAULT_MOVE_TIMEOUT = "10m"
 
 
 def _kube(kw: dict[str, Any]) -> Any:
@@ -131,7 +131,21 @@ def _name_options(fn: Any) -> Any:
     fn = click.option("--name", "placement_name", metavar="NAME", help="Placement name (default: <workload>-<reqID>).")(
         fn
     )
-    return click.option("--req-id", metavar="ID", help="Request ID, 5-63 characters (default: random).")(fn)
+    return click.option(
+        "--req-id",
+        metavar="ID",
+        callback=_check_req_id,
+        help="Request ID, 5-63 characters: letters, digits, '-', '_', '.' (default: random).",
+    )(fn)
+
+
+def _check_req_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The CRD's rule for spec.reqID, checked before anything is sent (exit 2, as --gpu is)."""
+    from hami_place_core import placement as hp
+
+    if value is not None and (problem := hp.req_id_problem(value)):
+        raise click.BadParameter(problem, ctx, param)
+    return value
 
 
 @click.command()
@@ -212,13 +226,19 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     ns = kube.effective_namespace()
     pod = get_pod(kube, ns, pod_name)
     wl = pod_workload(kube, pod)
-    if evict and not any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or ()):
+    if not any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or ()):
+        if evict:
+            raise UserError(
+                f"pod {ns}/{pod_name} has no controller to recreate it, so evicting it would lose it; "
+                "recreate it yourself with a pin, or pin its workload"
+            )
         raise UserError(
-            f"pod {ns}/{pod_name} has no controller to recreate it, so evicting it would lose it; "
-            "recreate it yourself with a pin, or pin its workload"
+            f"pod {ns}/{pod_name} has no controller, so no replacement will ever be created to claim this "
+            "placement; recreate the pod yourself after `pin -l` with its labels"
         )
     if not gpus:
         node, gpus = _current_target(kube, pod)
+    count_note = _gpu_count_note(pod, gpus, kw.get("change_gpu_count", False))
     target = _check_target(kube, node, gpus)
     req_id = kw["req_id"] or hp.new_req_id()
     name = kw["placement_name"] or hp.placement_name(wl.stem, req_id)
@@ -234,10 +254,33 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
             f"moves pod {pod_name} at its next restart: nothing is evicted now; {wl.description} lands on the "
             "target (use --evict to move it now)"
         )
+    if count_note:
+        what += f"; {count_note}"
     with _created(ns, name, dry_run):
         _announce(obj, what, target, dry_run, kw["output"])
         if wait and not dry_run:
             follow_placement(kube, ns, name, kw, kw["timeout"])
+
+
+def _gpu_count_note(pod: dict[str, Any], gpus: tuple[str, ...], allowed: bool) -> str:
+    """A placement gives the replacement one GPU per gpuDevices entry: refuse a different count
+    than the pod's own unless asked (--change-gpu-count), and then say so."""
+    from hami_place_core.requests import pod_request
+
+    try:
+        containers = pod_request(pod).gpu_containers
+    except ValueError:
+        return ""
+    has = containers[0].nums if containers else 0
+    if not has or has == len(gpus):
+        return ""
+    if not allowed:
+        raise UserError(
+            f"pod {pod['metadata']['name']} has {has} GPU{'s' if has != 1 else ''} and the target names "
+            f"{len(gpus)}: its replacement would get {len(gpus)}; name {has} GPU{'s' if has != 1 else ''}, or "
+            "pass --change-gpu-count to mean it"
+        )
+    return f"the replacement gets {len(gpus)} GPUs where the pod has {has} (--change-gpu-count)"
 
 
 def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
@@ -262,6 +305,11 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
 @click.argument("pod")
 @target_options()
 @click.option("--evict", is_flag=True, help="Evict the pod now (respecting PDBs) so its controller recreates it there.")
+@click.option(
+    "--change-gpu-count",
+    is_flag=True,
+    help="Let the replacement have as many GPUs as --gpu names even if the pod has another count.",
+)
 @click.option(
     "--timeout",
     type=Duration(),

@@ -398,3 +398,38 @@ def test_exec_plugin_and_client_certificate_reach_the_same_answer(live: Live, tm
     (tmp_path / "exec.kubeconfig").write_text(yaml.safe_dump(kc))
     broken = live.run("status", "-A", kubeconfig=tmp_path / "exec.kubeconfig")
     assert broken.returncode == 1 and "exec plugin" in one_line_error(broken.stderr)
+
+
+# ---- issue 24's rough edges of `move` -------------------------------------------------------------------
+def test_move_keeps_the_pods_gpu_count_unless_asked(live: Live) -> None:
+    apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("onegpu", replicas=1))
+    victim = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=onegpu"), 60)[0].metadata.name
+    target = live.targets[1].name
+    args = ("move", victim, "-n", live.ns, "--node", target, "--gpu", "gpu-0", "--gpu", "gpu-1", "--evict")
+    refused = live.run(*args)
+    assert refused.returncode == 1, refused.stderr
+    assert "has 1 GPU and the target names 2" in one_line_error(refused.stderr)
+    asked = live.run(*args, "--change-gpu-count", "--dry-run=client")
+    assert asked.returncode == 0, asked.stderr
+    assert "the replacement gets 2 GPUs where the pod has 1 (--change-gpu-count)" in asked.stdout
+
+
+def test_move_of_a_pod_without_a_controller_is_refused_without_evict_too(live: Live) -> None:
+    core = client.CoreV1Api(live.api)
+    spec = deployment("bare", gpu=0, scheduler="default-scheduler")["spec"]["template"]
+    core.create_namespaced_pod(
+        live.ns, {"metadata": {"name": "bare", "labels": spec["metadata"]["labels"]}, "spec": spec["spec"]}
+    )
+    result = live.run("move", "bare", "-n", live.ns, "--node", live.targets[0].name, "--gpu", "gpu-0")
+    assert result.returncode == 1
+    assert "has no controller, so no replacement will ever be created" in one_line_error(result.stderr)
+
+
+def test_req_id_and_durations_read_as_kubectl_does(live: Live) -> None:
+    bad = live.run("move", "x", "-n", live.ns, "--node", "n", "--gpu", "gpu-0", "--req-id", "abc")
+    assert bad.returncode == 2 and "'abc' has 3 characters; a reqID has 5 to 63" in bad.stderr, bad.stderr
+    assert "[default: 10m]" in live.run("move", "--help").stdout
+    assert live.run("status", "-n", live.ns, "--request-timeout", "5s").returncode == 0
+    slow = live.run("status", "-n", live.ns, "--request-timeout", "soon")
+    assert slow.returncode == 2 and "'soon' is not a duration" in slow.stderr
