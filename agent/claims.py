@@ -40,17 +40,18 @@ def open_for_claims(p: Placement) -> bool:
         return False
     if not p.evict_pod:
         return p.phase == hp.PENDING
-    return p.phase in (hp.WAITING, hp.EVICTING)
+    return p.phase in (hp.WAITING, hp.EVICTING, hp.SCALING_UP)
 
 
 def claimable(p: Placement, owner: str | None) -> bool:
     """A pin is claimable while Pending. A move is claimable once its intent is written (Evicting)
     by a pod of the same controller, and after the eviction (WaitingForPod) by any matching pod:
     the controller recreates the evicted pod within milliseconds of the eviction, before the
-    agent can record it, so waiting for WaitingForPod alone would miss the replacement."""
+    agent can record it, so waiting for WaitingForPod alone would miss the replacement. A surge
+    (ScalingUp) is claimed by the pod its scale-up adds, a pod of the same controller."""
     if not open_for_claims(p):
         return False
-    if p.phase == hp.EVICTING:
+    if p.phase in (hp.EVICTING, hp.SCALING_UP):
         return owner is not None and owner == p.status.workload
     return True
 

@@ -27,8 +27,9 @@ from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
-from agent.mover import Mover
+from agent.mover import Mover, pod_ready
 from agent.status import is_past, now_rfc3339
+from agent.surge import holds_finalizer
 from agent.transitions import Transitions
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
@@ -42,6 +43,8 @@ log = logging.getLogger("hami_place.agent.controller")
 MIN_PASS_GAP = 0.1
 FULL_PASS_SECONDS = 10.0
 YIELD_EVERY = 100
+# The phases in which a move (spec.evictPod) has work for the mover.
+MOVE_PHASES = (hp.PENDING, hp.EVICTING, hp.WAITING, hp.CLAIMED, hp.BOUND, hp.SCALING_UP, hp.SCALING_DOWN)
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -83,7 +86,13 @@ class PlacementController:
         status = PlacementStatus.parse(obj.get("status"))
         phase = status.current_phase
         spec = obj.get("spec")
-        if kind != "DELETED" and isinstance(spec, dict) and spec.get("evictPod") and phase not in hp.TERMINAL:
+        finalizing = hp.SURGE_FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or ())
+        if (
+            kind != "DELETED"
+            and isinstance(spec, dict)
+            and spec.get("evictPod")
+            and (phase not in hp.TERMINAL or finalizing)
+        ):
             self._moves.add(key)
         else:
             self._moves.discard(key)
@@ -159,7 +168,7 @@ class PlacementController:
                 serves[namespace] = self._serves(namespace)
             if not serves[namespace]:
                 continue
-            if p.evict_pod and p.phase in (hp.PENDING, hp.EVICTING, hp.WAITING, hp.CLAIMED, hp.BOUND):
+            if p.evict_pod and (p.phase in MOVE_PHASES or holds_finalizer(p)):
                 moves.append(p)
             elif p.phase in (hp.CLAIMED, hp.BOUND):
                 claims.append(p)
@@ -217,6 +226,8 @@ class PlacementController:
             return self._scheduling_verdict(pod)  # not allocated yet
         if (pod.get("status") or {}).get("phase") != "Running":
             return None  # allocated; wait until it runs
+        if p.status.strategy == hp.SURGE and not pod_ready(pod):
+            return None  # a surge removes the old pod only once the new one serves
         on_target = uuids == tuple(sorted(p.status.target_uuids or ()))
         return Observation(Seen.ALLOCATED_ON_TARGET if on_target else Seen.ALLOCATED_OFF_TARGET, uuids=uuids)
 

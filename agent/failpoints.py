@@ -12,7 +12,16 @@ import signal
 _ARMED = {p.strip() for p in os.environ.get("HAMI_PLACE_FAILPOINTS", "").split(",") if p.strip()}
 
 # The points a move passes, in order (documented in docs/agent.md).
-POINTS = ("move.before-evict", "move.after-evict", "move.waiting-for-replacement")
+POINTS = (
+    "move.before-evict",
+    "move.after-evict",
+    "move.waiting-for-replacement",
+    # a surge move (agent/surge.py)
+    "surge.before-scale-up",
+    "surge.after-scale-up",
+    "surge.before-scale-down",
+    "surge.after-scale-down",
+)
 
 
 def failpoint(name: str) -> None:

@@ -37,17 +37,21 @@ from agent.events import EventRecorder
 from agent.failpoints import failpoint
 from agent.kube import AsyncKube
 from agent.status import parse_rfc3339
+from agent.surge import Surger, deleted, holds_finalizer, surge_started
 from agent.transitions import Transitions
 from agent.validate import check_evict_pod, check_target
 from hami_place_core import placement as hp
+from hami_place_core import surge
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.lifecycle import Observation, Seen
 from hami_place_core.placement import Placement, workload_key
-from hami_place_core.problems import Code, Problem
+from hami_place_core.problems import Code, Problem, has_code
 
 log = logging.getLogger("hami_place.agent.mover")
 
-IN_FLIGHT = (hp.EVICTING, hp.WAITING, hp.CLAIMED, hp.BOUND)
+IN_FLIGHT = (hp.EVICTING, hp.WAITING, hp.CLAIMED, hp.BOUND, hp.SCALING_UP, hp.SCALING_DOWN)
+# A surge move that would end from these phases restores the replica count first.
+SURGING = (hp.SCALING_UP, hp.CLAIMED, hp.BOUND)
 _PDB_RE = re.compile(r"disruption budget ([a-z0-9.-]+)")
 
 
@@ -92,7 +96,7 @@ def workload_of(pod: dict[str, Any] | None) -> str | None:
     return workload_key(pod)
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return any(
@@ -116,12 +120,13 @@ class Mover:
         self.events = events
         self.transitions = transitions or Transitions(kube, cache, events)
         self.bucket = TokenBucket(settings.eviction_qps, settings.eviction_burst)
+        self.surger = Surger(cache, kube, self.transitions)
 
     # ---- limits --------------------------------------------------------------------------------
     def _in_flight(self) -> list[Placement]:
         return [p for p in self.cache.open_moves() if is_move(p) and p.phase in IN_FLIGHT and p.status.move_started_at]
 
-    def _limit_reason(self, p: Placement, pod: dict[str, Any]) -> str | None:
+    def _limit_reason(self, p: Placement, pod: dict[str, Any], surging: bool = False) -> str | None:
         s = self.settings
         flying = self._in_flight()
         if len(flying) >= s.max_moves_in_flight:
@@ -130,10 +135,10 @@ class Mover:
         if len(on_node) >= s.max_moves_per_node:
             return f"{len(on_node)} moves in flight to node {p.node} (limit {s.max_moves_per_node})"
         workload = workload_of(pod)
-        if workload:
+        if workload and not surging:  # a surge makes nothing unavailable
             moving = [f for f in flying if f.status.workload == workload]
             siblings = self.cache.pods_of_workload(workload)
-            unavailable = sum(1 for q in siblings if not _ready(q)) + len(moving)
+            unavailable = sum(1 for q in siblings if not pod_ready(q)) + len(moving)
             if unavailable >= s.max_unavailable_per_workload:
                 return (
                     f"workload {workload.split('/', 1)[1]} has {unavailable} pod(s) unavailable or moving "
@@ -143,7 +148,19 @@ class Mover:
 
     # ---- phases --------------------------------------------------------------------------------
     async def reconcile(self, p: Placement) -> None:
-        if p.phase == hp.PENDING:
+        if deleted(p) or p.phase in hp.TERMINAL:
+            await self._withdrawn(p)
+        elif p.phase == hp.SCALING_UP and not p.status.scaled_up_at:
+            await self.surger.scale_up(p)
+        elif p.phase == hp.SCALING_DOWN:
+            await self.surger.scale_down(p)
+        elif p.phase == hp.SCALING_UP:
+            missed = self._unpinned_replacement(p)
+            if missed:
+                await self.transitions.apply(p, Observation(Seen.REPLACEMENT_UNPINNED, pod=missed))
+                return
+            await self._check_replacement_deadline(p)
+        elif p.phase == hp.PENDING:
             await self._start(p)
         elif p.phase == hp.EVICTING:
             await self._evict(p)
@@ -154,10 +171,20 @@ class Mover:
                 if missed:
                     await self.transitions.apply(p, Observation(Seen.REPLACEMENT_UNPINNED, pod=missed))
                     return
-            elif not p.status.evicted_at and self._eviction_done(p):
+            elif p.status.strategy != hp.SURGE and not p.status.evicted_at and self._eviction_done(p):
                 # The replacement was claimed before the eviction's own status write landed.
                 p = await self.transitions.apply(p, Observation(Seen.EVICTED_POD_GONE)) or p
             await self._check_replacement_deadline(p)
+
+    async def _withdrawn(self, p: Placement) -> None:
+        """A deleted placement: a surge in progress restores the count first (its finalizer keeps
+        the object until then); a finished or unstarted one just lets go of it."""
+        if p.status.strategy == hp.SURGE and p.phase in SURGING:
+            await self.transitions.apply(p, Observation(Seen.CANCEL, detail=f"placement {p.name} was deleted"))
+        elif p.phase == hp.SCALING_DOWN:
+            await self.surger.scale_down(p)
+        elif holds_finalizer(p) and (p.phase in hp.TERMINAL or p.phase == hp.PENDING):
+            await self.surger.remove_finalizer(p)
 
     def _sibling_uids(self, pod: dict[str, Any]) -> list[str]:
         workload = workload_of(pod)
@@ -199,24 +226,49 @@ class Mover:
         node = self.cache.node_state(p.node)
         if node is not None and not node.ready:
             problems.append(Problem(Code.NODE_NOT_READY, f"node {p.node} is not Ready"))
-        problems += check_target(self.cache, p, [])
+        surging = p.strategy != hp.EVICT and not problems
+        problems += check_target(self.cache, p, [], keep_mover=surging)
+        if problems and surging and p.strategy == hp.AUTO:
+            surging = False  # no room next to the old pod: Auto evicts if the target has room after it
+            problems = check_target(self.cache, p, [])
+            skipped = f"the target has no room while {p.evict_pod} still runs"
+        else:
+            skipped = ""
+        if surging and has_code(problems, Code.NO_GPU_ROOM, Code.NO_NODE_ROOM):
+            detail = f"the added replica has no room on the target while {p.evict_pod} still runs: "
+            detail += "; ".join(x.message for x in problems)
+            await self.transitions.apply(p, Observation(Seen.SURGE_ABORTED, detail=detail))
+            return
         if problems:
             await self.transitions.apply(p, Observation(Seen.MOVE_REFUSED, problems=tuple(problems)))
             return
         assert pod is not None
         if pod["metadata"].get("deletionTimestamp"):
             return  # being deleted by someone else: decide once it is gone
-        why = self._limit_reason(p, pod)
+        why = self._limit_reason(p, pod, surging)
         if why:
             await self.transitions.apply(p, Observation(Seen.MOVE_SLOT_BUSY, detail=why))
             return
+        if surging:
+            try:
+                target = await self.surger.plan(p, pod)
+            except surge.SurgeRefused as e:
+                if p.strategy == hp.SURGE:
+                    await self.transitions.apply(p, Observation(Seen.SURGE_ABORTED, detail=str(e)))
+                    return
+                surging, skipped = False, str(e)
         if not self.bucket.take():
             return  # eviction rate limit: the next pass tries again (nothing written yet)
+        siblings = tuple(self._sibling_uids(pod))
+        if surging:
+            await self.surger.start(p, pod, target, siblings)
+            return
         intent = Observation(
             Seen.MOVE_STARTED,
             pod_uid=pod["metadata"].get("uid") or "",
             workload=workload_of(pod) or "",
-            siblings=tuple(self._sibling_uids(pod)),
+            siblings=siblings,
+            detail=skipped,
         )
         updated = await self.transitions.apply(p, intent)  # the intent, before the side effect
         if updated is not None:
@@ -287,7 +339,7 @@ class Mover:
 
     async def _check_replacement_deadline(self, p: Placement) -> None:
         _, replacement_timeout = _timeouts(p, self.settings)
-        evicted = parse_rfc3339(p.status.evicted_at)
+        evicted = surge_started(p) if p.status.strategy == hp.SURGE else parse_rfc3339(p.status.evicted_at)
         if evicted is None:
             return
         if dt.datetime.now(dt.UTC) >= evicted + dt.timedelta(seconds=replacement_timeout):

@@ -19,6 +19,7 @@ from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.kube import AsyncKube
 from hami_place_core import placement as hp
+from hami_place_core import surge
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
@@ -123,21 +124,62 @@ class PlacementValidator:
                 )
         problems += check_target(self.cache, p, warnings)
         if p.evict_pod:
-            problems += check_evict_pod(self.cache, p)
-            if not has_code(problems, Code.EVICT_POD_NOT_FOUND):
-                allowed, why = await self._may_evict(review, p.namespace, p.evict_pod)
-                if not allowed:
-                    problems.append(
-                        Problem(
-                            Code.EVICTION_NOT_ALLOWED,
-                            f"user {review.username or '<unknown>'} may not create pods/eviction in namespace "
-                            f"{p.namespace}{': ' + why if why else ''}; hami-place evicts only what the requester "
-                            "could evict",
-                        )
-                    )
+            problems += await self._move_problems(review, p, problems)
         if problems:
             return _deny_problems(problems)
         return Verdict(warnings=warnings)
+
+    async def _move_problems(self, review: Review, p: Placement, earlier: list[Problem]) -> list[Problem]:
+        """evictPod's checks, and that the requester may do what the move does."""
+        found: list[Problem] = []
+        found += check_evict_pod(self.cache, p)
+        if not has_code(found, Code.EVICT_POD_NOT_FOUND):
+            allowed, why = await self._may_evict(review, p.namespace, p.evict_pod or "")
+            if not allowed:
+                found.append(
+                    Problem(
+                        Code.EVICTION_NOT_ALLOWED,
+                        f"user {review.username or '<unknown>'} may not create pods/eviction in namespace "
+                        f"{p.namespace}{': ' + why if why else ''}; hami-place evicts only what the requester "
+                        "could evict",
+                    )
+                )
+        if p.strategy != hp.EVICT and not earlier and not found:
+            found += await self._surge_problems(review, p)
+        return found
+
+    async def _surge_problems(self, review: Review, p: Placement) -> list[Problem]:
+        """A surge scales the pod's controller: the requester must be allowed to (SubjectAccessReview
+        on its scale subresource), and Surge (not Auto) needs room next to the running pod."""
+        pod = self.cache.pod(p.namespace, p.evict_pod)
+        kind, name = surge_owner(pod) if pod else (None, None)
+        if kind is not None and p.strategy != hp.AUTO:
+            room = check_target(self.cache, p, [], keep_mover=True)
+            if room:
+                return [
+                    Problem(
+                        Code.NO_GPU_ROOM,
+                        f"strategy Surge: the added replica has no room on the target while {p.evict_pod} still runs: "
+                        + "; ".join(messages(room)),
+                    )
+                ]
+        if kind is None:
+            return []  # not a ReplicaSet's pod: Surge is refused at start with the reason, Auto evicts
+        rs = await self.kube.request("GET", f"/apis/apps/v1/namespaces/{p.namespace}/replicasets/{name}")
+        owner = surge.controller_of(rs)
+        plural, target = (
+            ("deployments", owner.get("name")) if owner and owner.get("kind") == "Deployment" else ("replicasets", name)
+        )
+        allowed, why = await may(review.user, self.kube, p.namespace, "update", "apps", f"{plural}/scale", str(target))
+        if allowed:
+            return []
+        return [
+            Problem(
+                Code.EVICTION_NOT_ALLOWED,
+                f"user {review.username or '<unknown>'} may not update {plural}/scale {target} in namespace "
+                f"{p.namespace}{': ' + why if why else ''}; strategy {p.strategy} scales it",
+            )
+        ]
 
     async def _may_evict(self, review: Review, namespace: str, pod: str) -> tuple[bool, str]:
         return await may_evict(self.kube, review.user, namespace, pod)
@@ -147,10 +189,20 @@ async def may_evict(kube: AsyncKube, user: dict[str, Any], namespace: str, pod: 
     """Whether the requesting user may create pods/eviction for `pod` in `namespace` (any pod when
     `pod` is empty; every namespace when `namespace` is empty), and the authorizer's reason: nobody
     evicts through the agent what they could not evict themselves."""
+    return await may(user, kube, namespace, "create", "", "pods/eviction", pod)
+
+
+async def may(
+    user: dict[str, Any], kube: AsyncKube, namespace: str, verb: str, group: str, resource: str, name: str = ""
+) -> tuple[bool, str]:
+    """Whether `user` may `verb` `resource` (with "/subresource") in `namespace`, and the reason."""
     groups, extra = user.get("groups"), user.get("extra")
-    attributes = {"namespace": namespace, "verb": "create", "group": "", "resource": "pods", "subresource": "eviction"}
-    if pod:
-        attributes["name"] = pod
+    plural, _, subresource = resource.partition("/")
+    attributes = {"namespace": namespace, "verb": verb, "group": group, "resource": plural}
+    if subresource:
+        attributes["subresource"] = subresource
+    if name:
+        attributes["name"] = name
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -171,6 +223,12 @@ async def may_evict(kube: AsyncKube, user: dict[str, Any], namespace: str, pod: 
     result = await kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
     status = result.get("status") or {}
     return bool(status.get("allowed")), str(status.get("reason") or "")
+
+
+def surge_owner(pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    """("ReplicaSet", name) for a ReplicaSet's pod, else (None, None)."""
+    owner = surge.owner_kind(pod)
+    return owner if owner and owner[0] == "ReplicaSet" else (None, None)
 
 
 def _str_or_none(value: object) -> str | None:
@@ -194,8 +252,9 @@ def matching_pods(cache: ClusterCache, p: Placement) -> list[dict[str, Any]]:
     return out
 
 
-def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list[Problem]:
-    """The node, the GPUs and room for the request; [] when the target is valid."""
+def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mover: bool = False) -> list[Problem]:
+    """The node, the GPUs and room for the request; [] when the target is valid. With
+    `keep_mover` (a surge) the pod being moved keeps its GPUs and node room while the new one starts."""
     node = cache.node_state(p.node)
     if node is None:
         return [Problem(Code.NODE_NOT_FOUND, f"node {p.node} not found")]
@@ -224,7 +283,7 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
     usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
     mover = cache.pod(p.namespace, p.evict_pod)
     alloc = pod_allocation(mover) if mover else None
-    if alloc and alloc.node == node.name:
+    if alloc and alloc.node == node.name and not keep_mover:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
             if uuid in usage:
                 usage[uuid].used -= slots
@@ -246,7 +305,8 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str]) -> list
     # kube-scheduler's NodeResourcesFit: without CPU, memory or a pod slot on the node the pinned
     # pod would stay Pending. A pod already on the target node gives its own room back.
     room = cache.state.free_resources(node.name)
-    if sample is not None and room is not None and (sample.get("spec") or {}).get("nodeName") != node.name:
+    gives_back = (sample or {}).get("spec", {}).get("nodeName") == node.name and not keep_mover
+    if sample is not None and room is not None and not gives_back:
         short = room.shortfall(pod_requests(sample))
         if short is not None:
             return [Problem(Code.NO_NODE_ROOM, f"node {node.name} has no room for the pod: {short}")]

@@ -45,6 +45,10 @@ class Seen(StrEnum):
     REPLACEMENT_UNPINNED = "ReplacementUnpinned"  # the replacement was admitted without the pin
     REPLACEMENT_DEADLINE = "ReplacementDeadline"  # spec.timeouts.replacementSeconds passed
     CANCEL = "Cancel"  # the placement was withdrawn
+    SURGE_STARTED = "SurgeStarted"  # the intent to add a replica, written before the scale-up
+    SCALED_UP = "ScaledUp"  # the controller's replica count is one above what it was
+    SURGE_ABORTED = "SurgeAborted"  # the scale-up could not be made; nothing was changed
+    SCALED_DOWN = "ScaledDown"  # the replica count is restored (or someone else changed it)
 
 
 # Observations that concern only moves (spec.evictPod): a pin ignores them.
@@ -62,6 +66,10 @@ MOVE_ONLY = frozenset(
         Seen.EVICTION_DEADLINE,
         Seen.REPLACEMENT_UNPINNED,
         Seen.REPLACEMENT_DEADLINE,
+        Seen.SURGE_STARTED,
+        Seen.SCALED_UP,
+        Seen.SURGE_ABORTED,
+        Seen.SCALED_DOWN,
     }
 )
 
@@ -76,6 +84,9 @@ class Edge:
 
 P = Phase
 _LIVE = (P.PENDING, P.CLAIMED, P.BOUND, P.EVICTING, P.WAITING)
+# A surge move holds one replica more than its controller had from ScalingUp until ScalingDown:
+# what would end it there goes through ScalingDown first, which restores the count.
+_SURGING = (P.SCALING_UP, P.CLAIMED, P.BOUND)
 EDGES: tuple[Edge, ...] = (
     Edge(P.PENDING, Seen.POD_CLAIMED, P.CLAIMED),
     Edge(P.EVICTING, Seen.POD_CLAIMED, P.CLAIMED, "by a pod of the same controller"),
@@ -103,6 +114,26 @@ EDGES: tuple[Edge, ...] = (
     Edge(P.WAITING, Seen.REPLACEMENT_UNPINNED, P.FAILED),
     *(Edge(phase, Seen.REPLACEMENT_DEADLINE, P.FAILED) for phase in (P.WAITING, P.CLAIMED, P.BOUND)),
     *(Edge(phase, Seen.CANCEL, P.CANCELLED) for phase in _LIVE),
+    # Surge moves (spec.strategy Surge, or Auto where surge is safe).
+    Edge(P.PENDING, Seen.SURGE_STARTED, P.SCALING_UP),
+    Edge(P.PENDING, Seen.SURGE_ABORTED, P.FAILED, "refused before any change"),
+    Edge(P.SCALING_UP, Seen.SURGE_ABORTED, P.FAILED, "nothing was scaled"),
+    *(Edge(phase, Seen.SCALED_UP, phase, "records the scale-up") for phase in _SURGING),
+    Edge(P.SCALING_UP, Seen.POD_CLAIMED, P.CLAIMED, "by a pod of the same controller"),
+    Edge(P.CLAIMED, Seen.LEASE_EXPIRED, P.SCALING_UP, "a surge move"),
+    Edge(P.BOUND, Seen.ALLOCATED_ON_TARGET, P.SCALING_DOWN, "a surge move: the new pod is Ready"),
+    *(
+        Edge(phase, seen, P.SCALING_DOWN, "a surge move")
+        for phase, seen in (
+            (P.BOUND, Seen.ALLOCATED_OFF_TARGET),
+            (P.BOUND, Seen.POD_LOST),
+            (P.BOUND, Seen.POD_ON_OTHER_NODE),
+            (P.SCALING_UP, Seen.REPLACEMENT_UNPINNED),
+            *((ph, Seen.REPLACEMENT_DEADLINE) for ph in _SURGING),
+            *((ph, Seen.CANCEL) for ph in _SURGING),
+        )
+    ),
+    *(Edge(P.SCALING_DOWN, Seen.SCALED_DOWN, outcome) for outcome in (P.COMPLETED, P.FAILED, P.CANCELLED)),
 )
 _KNOWN = frozenset(Phase)  # a Phase hashes and compares as its string
 TABLE: dict[tuple[Phase, Seen], tuple[Phase, ...]] = {}
@@ -131,6 +162,8 @@ class Observation:
     workload: str = ""  # MOVE_STARTED
     siblings: tuple[str, ...] = ()  # MOVE_STARTED: UIDs of the workload's pods
     problems: tuple[Problem, ...] = ()  # MOVE_REFUSED: what the checks found
+    scaled: str = ""  # SURGE_STARTED: the controller whose replicas are raised, as Kind/name
+    replicas: int = 0  # SURGE_STARTED: its replica count before
 
 
 @dataclass(frozen=True)
@@ -183,14 +216,46 @@ def decide(p: Placement, obs: Observation, now: dt.datetime) -> Transition | Non
     if built is None:
         return None
     status, reason, message, notes = built
+    if status.current_phase.terminal and _surging(p) and obs.seen != Seen.SURGE_ABORTED:
+        status, message, notes = _restore_first(p, obs, status, notes)
     target = status.current_phase
-    assert target in targets, f"{obs.seen} from {source} built {target}, not one of {targets}"
+    if target not in targets:
+        return None  # a status no agent writes (a surge phase without strategy Surge): left alone
     if status == p.status:
         return None  # nothing would change: no write
     return Transition(obs.seen, source, target, reason, message, p.status, status, notes)
 
 
 _Built = tuple[PlacementStatus, str, str, tuple[Note, ...]] | None
+
+
+def _surging(p: Placement) -> bool:
+    return p.status.strategy == "Surge" and p.phase in _SURGING
+
+
+def _restore_first(
+    p: Placement, obs: Observation, final: PlacementStatus, notes: tuple[Note, ...]
+) -> tuple[PlacementStatus, str, tuple[Note, ...]]:
+    """A surge move that ends (done, failed or withdrawn) holds one replica too many: it goes to
+    ScalingDown, which removes the right pod and restores the count, and only then to `final`'s
+    phase. `final`'s reason and message stay in its Ready condition until then."""
+    outcome = final.current_phase
+    if outcome == P.COMPLETED:
+        remove, remove_uid = p.status.remove_pod, p.status.remove_pod_uid  # the old pod
+    elif obs.seen == Seen.REPLACEMENT_UNPINNED:
+        remove, remove_uid = obs.pod, None
+    else:  # the new pod, if there is one; else the controller removes the one it could not create
+        remove, remove_uid = p.status.bound_pod, p.status.bound_pod_uid
+    removing = f"removing pod {remove}, then " if remove else ""
+    message = f"{final.message}; {removing}restoring {p.status.surge_target} to {p.status.surge_replicas} replicas"
+    status = final.with_changes(
+        phase=P.SCALING_DOWN,
+        message=message[:MESSAGE_LIMIT],
+        surge_outcome=str(outcome),
+        remove_pod=remove,
+        remove_pod_uid=remove_uid,
+    )
+    return status, message, notes
 
 
 def _moved(p: Placement, phase: Phase, reason: str, message: str, **changes: object) -> PlacementStatus:
@@ -253,6 +318,8 @@ def _lease_expired(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
     # A move whose pod was already evicted goes back to waiting for a replacement, never to
     # Pending: that would evict a second pod for the same reqID.
     back_to = P.WAITING if p.evict_pod and p.status.evicted_at else P.PENDING
+    if p.evict_pod and p.status.strategy == "Surge":
+        back_to = P.SCALING_UP  # the added replica is still there: wait for its pod again
     message = (
         f"the pod claimed at {p.status.claimed_at} never appeared "
         "(its admission was rejected or lost); waiting for the next matching pod"
@@ -341,6 +408,8 @@ def _slot_busy(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
 
 def _move_started(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
     message = f"evicting {p.evict_pod} so that its controller recreates it on {p.node}"
+    if obs.detail:  # strategy Auto, where a surge was not safe
+        message += f" (no surge: {obs.detail})"
     status = _moved(
         p,
         P.EVICTING,
@@ -352,6 +421,7 @@ def _move_started(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
         eviction_attempts=1,  # the first attempt is counted with the intent, in the same write
         workload=obs.workload,
         sibling_uids=obs.siblings[:512],
+        **({"strategy": "Evict"} if p.strategy != "Evict" else {}),
     )
     return status, "Evicting", message, (Note("MoveStarted", message),)
 
@@ -403,7 +473,7 @@ def _evicted(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
 
 def _eviction_recorded(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
     """The replacement was claimed before the eviction's own status write landed: record it."""
-    if p.status.evicted_at:
+    if p.status.evicted_at or p.status.strategy == "Surge":  # a surge evicts nothing
         return None
     status = p.status.with_changes(evicted_at=stamp(now), eviction_attempts=max(1, p.status.attempts))
     return status, p.status.reason or "", p.status.message or "", (Note("Evicted", f"{p.evict_pod} evicted"),)
@@ -434,6 +504,7 @@ def _unpinned(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
 
 _REPLACEMENT_STEP = {
     P.WAITING: "waiting for the controller to recreate the pod",
+    P.SCALING_UP: "waiting for the added replica's pod to be created and pinned",
     P.CLAIMED: "waiting for the pinned replacement to appear",
     P.BOUND: "waiting for the replacement to run on the target GPUs",
 }
@@ -455,6 +526,56 @@ def _cancel(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
         next_attempt_at=None,
     )
     return status, "Cancelled", message, (Note("Cancelled", message, warning=True),)
+
+
+def _surge_started(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
+    message = (
+        f"adding one replica to {obs.scaled} ({obs.replicas} → {obs.replicas + 1}), pinned to {p.node}; "
+        f"{p.evict_pod} keeps running until the new pod is Ready"
+    )
+    status = _moved(
+        p,
+        P.SCALING_UP,
+        "ScalingUp",
+        message,
+        strategy="Surge",
+        move_started_at=stamp(now),
+        workload=obs.workload,
+        sibling_uids=obs.siblings[:512],
+        surge_target=obs.scaled,
+        surge_replicas=obs.replicas,
+        remove_pod=p.evict_pod,
+        remove_pod_uid=obs.pod_uid,
+    )
+    return status, "ScalingUp", message, (Note("SurgeStarted", message),)
+
+
+def _scaled_up(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
+    if p.status.scaled_up_at or p.status.strategy != "Surge":
+        return None
+    n = p.status.surge_replicas or 0
+    added = f"added one replica to {p.status.surge_target} ({n} → {n + 1})"
+    if p.phase != P.SCALING_UP:  # the new pod was claimed before this write landed: record only
+        return p.status.with_changes(scaled_up_at=stamp(now)), p.status.reason or "", p.status.message or "", ()
+    message = f"{added}; waiting for the new pod, pinned to {p.node}"
+    status = p.status.with_changes(reason="ScaledUp", message=message, scaled_up_at=stamp(now))
+    return status, "ScaledUp", message, (Note("ScaledUp", added),)
+
+
+def _surge_aborted(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
+    what = f"could not add a replica to {p.status.surge_target}" if p.status.surge_target else "surge refused"
+    return _failed(p, now, "SurgeRefused", f"{what}: {obs.detail}; nothing was changed")
+
+
+def _scaled_down(p: Placement, obs: Observation, now: dt.datetime) -> _Built:
+    ready = next((c for c in p.status.conditions or () if c.type == "Ready"), None)
+    outcome = p.status.surge_outcome if p.status.surge_outcome in (P.COMPLETED, P.CANCELLED) else P.FAILED
+    reason = (ready.reason if ready else None) or ("Allocated" if outcome == P.COMPLETED else "SurgeFailed")
+    message = (ready.message if ready else None) or p.status.message or ""
+    restored = obs.detail or f"{p.status.surge_target} is back to {p.status.surge_replicas} replicas"
+    message = f"{message}; {restored}"[:MESSAGE_LIMIT]
+    status = _moved(p, P(outcome), reason, message)
+    return status, reason, message, (Note("ScaledDown", restored, warning=bool(obs.detail)),)
 
 
 _BUILDERS = {
@@ -479,6 +600,10 @@ _BUILDERS = {
     Seen.REPLACEMENT_UNPINNED: _unpinned,
     Seen.REPLACEMENT_DEADLINE: _replacement_deadline,
     Seen.CANCEL: _cancel,
+    Seen.SURGE_STARTED: _surge_started,
+    Seen.SCALED_UP: _scaled_up,
+    Seen.SURGE_ABORTED: _surge_aborted,
+    Seen.SCALED_DOWN: _scaled_down,
 }
 
 

@@ -33,17 +33,27 @@ KIND = "HamiPodPlacement"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # The phases, as plain names (Phase is a StrEnum: each equals its string).
-PENDING, CLAIMED, BOUND, EVICTING, WAITING, COMPLETED, FAILED, CANCELLED = (
+PENDING, CLAIMED, BOUND, EVICTING, WAITING, SCALING_UP, SCALING_DOWN, COMPLETED, FAILED, CANCELLED = (
     Phase.PENDING,
     Phase.CLAIMED,
     Phase.BOUND,
     Phase.EVICTING,
     Phase.WAITING,
+    Phase.SCALING_UP,
+    Phase.SCALING_DOWN,
     Phase.COMPLETED,
     Phase.FAILED,
     Phase.CANCELLED,
 )
 TERMINAL = (COMPLETED, FAILED, CANCELLED)
+
+# spec.strategy of a move: Evict (the default) evicts the pod and lets its controller recreate it;
+# Surge adds a replica pinned to the target and removes the old pod once the new one is Ready;
+# Auto surges where that is safe and evicts otherwise (docs/agent.md, "Zero-downtime moves").
+EVICT, SURGE, AUTO = "Evict", "Surge", "Auto"
+STRATEGIES = (EVICT, SURGE, AUTO)
+# Removes a surge placement only after the replica count it raised is restored.
+SURGE_FINALIZER = f"{GROUP}/surge"
 
 # Annotations written on a pinned pod: they link it to its placement before the pod has a name
 # or uid (a ReplicaSet's pod arrives with generateName only).
@@ -77,6 +87,7 @@ class Placement:
     targets: TargetSpec | None
     target_error: str | None
     evict_pod: str | None
+    strategy: str  # spec.strategy: Evict, Surge or Auto (Evict when absent or malformed)
     phase: str  # the status's phase as written (Pending when absent), even one this version does not know
     status: PlacementStatus
     raw: dict[str, Any]
@@ -120,6 +131,7 @@ class Placement:
             targets=targets,
             target_error=error,
             evict_pod=_text(spec.get("evictPod")) or None,
+            strategy=spec["strategy"] if spec.get("strategy") in STRATEGIES else EVICT,
             phase=str(phase) if phase else PENDING,
             status=status,
             raw=dict(obj),
@@ -199,6 +211,13 @@ def shape_problems(obj: Mapping[str, Any]) -> list[Problem]:
         for key in ("reqID", "nodeName", "evictPod")
         if key in spec and not isinstance(spec[key], str)
     ]
+    if "strategy" in spec and spec["strategy"] not in STRATEGIES:
+        out.append(
+            Problem(
+                Code.MALFORMED_SPEC,
+                f"spec.strategy must be one of {', '.join(STRATEGIES)}, got {_shown(spec['strategy'])}",
+            )
+        )
     if "podSelector" in spec:
         out += [Problem(Code.BAD_SELECTOR, m) for m in _selector_problems(spec["podSelector"])]
     timeouts = spec.get("timeouts")
@@ -424,6 +443,7 @@ def new_placement(
     gpu_devices: list[str] | tuple[str, ...],
     evict_pod: str | None = None,
     created_by: str = "kubectl-hami-place",
+    strategy: str = EVICT,
 ) -> dict[str, Any]:
     """A HamiPodPlacement manifest. The spec is validated here as the CRD would (gpuDevices) so the
     caller fails early with the same wording; the agent's validating webhook has the last word."""
@@ -436,6 +456,8 @@ def new_placement(
     }
     if evict_pod:
         spec["evictPod"] = evict_pod
+        if strategy != EVICT:
+            spec["strategy"] = strategy
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -494,6 +516,7 @@ def placement_view(p: Placement) -> dict[str, Any]:
         "nodeName": p.node,
         "gpuDevices": list(p.gpu_devices),
         "evictPod": p.evict_pod,
+        "strategy": p.status.strategy or p.strategy,
         "phase": p.phase,
         "reason": p.status.reason,
         "message": p.status.message,

@@ -24,6 +24,8 @@ class Phase(StrEnum):
     BOUND = "Bound"
     EVICTING = "Evicting"
     WAITING = "WaitingForPod"
+    SCALING_UP = "ScalingUp"  # a surge move: one replica added, waiting for the pinned new pod
+    SCALING_DOWN = "ScalingDown"  # a surge move: restoring the replica count, then terminal
     COMPLETED = "Completed"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
@@ -144,6 +146,13 @@ _FIELDS = (
     ("moveStartedAt", "move_started_at", "str"),
     ("evictedAt", "evicted_at", "str"),
     ("nextAttemptAt", "next_attempt_at", "str"),
+    ("strategy", "strategy", "str"),
+    ("surgeTarget", "surge_target", "str"),
+    ("surgeReplicas", "surge_replicas", "int"),
+    ("scaledUpAt", "scaled_up_at", "str"),
+    ("removePod", "remove_pod", "str"),
+    ("removePodUID", "remove_pod_uid", "str"),
+    ("surgeOutcome", "surge_outcome", "str"),
     ("observedGeneration", "observed_generation", "int"),
 )
 _BY_KEY = {key: (attr, kind) for key, attr, kind in _FIELDS}
@@ -193,6 +202,16 @@ class PlacementStatus:
     move_started_at: str | None = None
     evicted_at: str | None = None
     next_attempt_at: str | None = None
+    # A surge move (strategy Surge): the scaled controller as Kind/name, its replica count before,
+    # when the replica was added, the pod the scale-down must remove, and the terminal phase the
+    # placement takes once the count is restored (ScalingDown).
+    strategy: str | None = None
+    surge_target: str | None = None
+    surge_replicas: int | None = None
+    scaled_up_at: str | None = None
+    remove_pod: str | None = None
+    remove_pod_uid: str | None = None
+    surge_outcome: str | None = None
     observed_generation: int | None = None
     # Keys this version does not know and values of the wrong type, as they were.
     extra: Mapping[str, Any] = field(default_factory=dict)

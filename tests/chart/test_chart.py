@@ -38,12 +38,17 @@ EXPECTED_CLUSTER_RULES = [
     {
         "apiGroups": ["scheduling.hami.placement.com"],
         "resources": ["hamipodplacements"],
-        "verbs": ["get", "list", "watch"],
+        "verbs": ["get", "list", "watch", "patch"],
     },
     {"apiGroups": [GROUP], "resources": ["hamipodplacements/status"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    # agent/surge.py
+    {"apiGroups": ["apps"], "resources": ["replicasets", "deployments"], "verbs": ["get"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets/scale", "deployments/scale"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
 ]
 # agent/autopilot.py, with autopilot.enabled (the default): the cache lists and watches policies,
 # the status subresource is PUT, each move is a placement with evictPod, and the moved pod's
@@ -52,7 +57,7 @@ AUTOPILOT_RULES = [
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies/status"], "verbs": ["update"]},
     {"apiGroups": [GROUP], "resources": ["hamipodplacements"], "verbs": ["create"]},
-    {"apiGroups": ["apps"], "resources": ["replicasets", "statefulsets"], "verbs": ["get"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]},
 ]
 # agent/leader.py: GET the Lease, POST it when absent, PUT it to renew or take over.
 EXPECTED_LEASE_RULES = [

@@ -12,6 +12,8 @@ import pytest
 from hami_place_core.lifecycle import EDGES, TABLE, Observation, Seen, decide, mermaid
 from hami_place_core.placement import Placement
 from hami_place_core.placement_status import Phase
+
+TERMINAL = (Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED)
 from hami_place_core.problems import Code, Problem
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
@@ -48,6 +50,56 @@ MOVE = {
     (P.CLAIMED, S.REPLACEMENT_DEADLINE): P.FAILED,
     (P.BOUND, S.REPLACEMENT_DEADLINE): P.FAILED,
     **{(phase, S.CANCEL): P.CANCELLED for phase in (P.PENDING, P.CLAIMED, P.BOUND, P.EVICTING, P.WAITING)},
+    (P.PENDING, S.SURGE_STARTED): P.SCALING_UP,  # the agent sends it only for strategy Surge/Auto
+    (P.PENDING, S.SURGE_ABORTED): P.FAILED,
+}
+# A surge move (status.strategy Surge) once it has added a replica: what would end it goes to
+# ScalingDown, which restores the count before the terminal phase.
+SURGE = {
+    (P.SCALING_UP, S.POD_CLAIMED): P.CLAIMED,
+    (P.SCALING_UP, S.SCALED_UP): P.SCALING_UP,
+    (P.SCALING_UP, S.SURGE_ABORTED): P.FAILED,
+    (P.SCALING_UP, S.REPLACEMENT_UNPINNED): P.SCALING_DOWN,
+    (P.SCALING_UP, S.REPLACEMENT_DEADLINE): P.SCALING_DOWN,
+    (P.SCALING_UP, S.CANCEL): P.SCALING_DOWN,
+    (P.CLAIMED, S.POD_APPEARED): P.BOUND,
+    (P.CLAIMED, S.LEASE_EXPIRED): P.SCALING_UP,
+    (P.CLAIMED, S.SCALED_UP): P.CLAIMED,
+    (P.CLAIMED, S.REPLACEMENT_DEADLINE): P.SCALING_DOWN,
+    (P.CLAIMED, S.CANCEL): P.SCALING_DOWN,
+    (P.BOUND, S.POD_UNSCHEDULED): P.BOUND,
+    (P.BOUND, S.SCALED_UP): P.BOUND,
+    **{
+        (P.BOUND, seen): P.SCALING_DOWN
+        for seen in (
+            S.ALLOCATED_ON_TARGET,
+            S.ALLOCATED_OFF_TARGET,
+            S.POD_LOST,
+            S.POD_ON_OTHER_NODE,
+            S.REPLACEMENT_DEADLINE,
+            S.CANCEL,
+        )
+    },
+    (P.SCALING_DOWN, S.SCALED_DOWN): P.COMPLETED,  # surgeOutcome Completed in the fixture
+}
+SURGE_STATUS = {
+    "strategy": "Surge",
+    "surgeTarget": "Deployment/web",
+    "surgeReplicas": 1,
+    "removePod": "old",
+    "removePodUID": "uid-old",
+    "moveStartedAt": "2026-01-02T03:00:00Z",
+    "workload": "ns/ReplicaSet/rs",
+    "siblingUIDs": ["uid-old"],
+}
+SURGE_PHASES = {
+    P.SCALING_UP: {"phase": "ScalingUp", "reason": "ScalingUp"},
+    P.SCALING_DOWN: {
+        "phase": "ScalingDown",
+        "reason": "Allocated",
+        "surgeOutcome": "Completed",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Allocated", "message": "HAMi allocated"}],
+    },
 }
 # A pin (no evictPod): only the claim, the bound pod and cancel concern it.
 PIN = {
@@ -124,6 +176,12 @@ SEEN = {
     S.REPLACEMENT_UNPINNED: Observation(S.REPLACEMENT_UNPINNED, pod="stray"),
     S.REPLACEMENT_DEADLINE: Observation(S.REPLACEMENT_DEADLINE, seconds=600),
     S.CANCEL: Observation(S.CANCEL),
+    S.SURGE_STARTED: Observation(
+        S.SURGE_STARTED, pod_uid="uid-old", workload="ns/ReplicaSet/rs", scaled="Deployment/web", replicas=1
+    ),
+    S.SCALED_UP: Observation(S.SCALED_UP),
+    S.SURGE_ABORTED: Observation(S.SURGE_ABORTED, detail="HorizontalPodAutoscaler web owns the replica count"),
+    S.SCALED_DOWN: Observation(S.SCALED_DOWN),
 }
 
 # A few cells need more status than the phase's usual one to reach their edge.
@@ -152,15 +210,72 @@ def placement(at: Phase, move: bool = True, **status: Any) -> Placement:
 
 
 def test_the_declared_table_is_the_one_written_here() -> None:
-    declared = {(e.source, e.seen): e.target for e in EDGES if e.seen != S.LEASE_EXPIRED}
-    expected = {k: v for k, v in MOVE.items() if k[1] != S.LEASE_EXPIRED}
+    declared = {(e.source, e.seen, e.target) for e in EDGES}
+    expected = {(*k, v) for table in (MOVE, SURGE) for k, v in table.items()}
+    expected |= {(P.CLAIMED, S.LEASE_EXPIRED, P.PENDING)}  # a pin, or a move before its eviction
+    expected |= {(P.SCALING_DOWN, S.SCALED_DOWN, outcome) for outcome in (P.FAILED, P.CANCELLED)}
     assert declared == expected
-    assert set(TABLE[(P.CLAIMED, S.LEASE_EXPIRED)]) == {P.PENDING, P.WAITING}
-    assert set(TABLE) == set(MOVE)
+    assert set(TABLE[(P.CLAIMED, S.LEASE_EXPIRED)]) == {P.PENDING, P.WAITING, P.SCALING_UP}
+    assert set(TABLE) == set(MOVE) | set(SURGE)
+
+
+def surge_placement(at: Phase) -> Placement:
+    base = placement(at if at not in SURGE_PHASES else P.PENDING)
+    status = {**base.raw["status"], **SURGE_STATUS, **SURGE_PHASES.get(at, {})}
+    return Placement.from_object({**base.raw, "status": status})
+
+
+@pytest.mark.parametrize("phase", [P.SCALING_UP, P.CLAIMED, P.BOUND, P.SCALING_DOWN, *TERMINAL])
+@pytest.mark.parametrize("seen", list(Seen))
+def test_every_surge_phase_and_observation(phase: Phase, seen: Seen) -> None:
+    p = surge_placement(phase)
+    t = decide(p, SEEN[seen], NOW)
+    expected = SURGE.get((phase, seen))
+    if expected is None:
+        assert t is None, f"{seen} must be ignored by a surge in {phase}"
+        return
+    assert t is not None and (t.source, t.target) == (phase, expected)
+    assert (t.reason, t.message) == (t.status.reason or "", t.status.message or "")
+
+
+def test_a_surge_that_ends_restores_the_count_first() -> None:
+    done = decide(surge_placement(P.BOUND), SEEN[S.ALLOCATED_ON_TARGET], NOW)
+    assert done is not None and done.target == P.SCALING_DOWN
+    st = done.status
+    assert (st.surge_outcome, st.remove_pod, st.remove_pod_uid, st.reason) == (
+        "Completed",
+        "old",
+        "uid-old",
+        "Allocated",
+    )
+    assert st.message.endswith("; removing pod old, then restoring Deployment/web to 1 replicas")
+    failed = decide(surge_placement(P.BOUND), SEEN[S.ALLOCATED_OFF_TARGET], NOW)
+    assert failed is not None and failed.status.surge_outcome == "Failed"
+    assert (failed.status.remove_pod, failed.status.remove_pod_uid) == ("new", "uid-new")  # the new pod goes
+    stray = decide(surge_placement(P.SCALING_UP), SEEN[S.REPLACEMENT_UNPINNED], NOW)
+    assert stray is not None and (stray.status.remove_pod, stray.status.remove_pod_uid) == ("stray", None)
+    # then the count is restored and the placement ends as decided, with the decision's reason
+    restoring = Placement.from_object({**surge_placement(P.BOUND).raw, "status": done.status.to_dict()})
+    end = decide(restoring, Observation(S.SCALED_DOWN), NOW)
+    assert end is not None and (end.target, end.reason) == (P.COMPLETED, "Allocated")
+    assert end.message.endswith("; Deployment/web is back to 1 replicas")
+    changed = decide(restoring, Observation(S.SCALED_DOWN, detail="Deployment/web has 5 replicas, not 2"), NOW)
+    assert changed is not None and changed.message.endswith("; Deployment/web has 5 replicas, not 2")
+    assert changed.notes[-1].warning
+
+
+def test_a_surge_records_no_eviction_and_a_move_no_scale_up() -> None:
+    assert decide(surge_placement(P.CLAIMED), SEEN[S.EVICTED_POD_GONE], NOW) is None
+    assert decide(placement(P.CLAIMED), SEEN[S.SCALED_UP], NOW) is None
+    # a surge phase without strategy Surge is a status no agent writes: left alone, never a crash
+    crafted = placement(P.PENDING, phase="ScalingUp")
+    for obs in SEEN.values():
+        t = decide(crafted, obs, NOW)
+        assert t is None or t.target != P.SCALING_DOWN
 
 
 @pytest.mark.parametrize("move", [True, False], ids=["move", "pin"])
-@pytest.mark.parametrize("phase", list(Phase))
+@pytest.mark.parametrize("phase", [p for p in Phase if p not in SURGE_PHASES])
 @pytest.mark.parametrize("seen", list(Seen))
 def test_every_phase_and_observation(phase: Phase, seen: Seen, move: bool) -> None:
     p = placement(phase, move, **OVERRIDES.get((phase, seen, move), {}))

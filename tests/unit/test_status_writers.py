@@ -9,6 +9,7 @@ from pathlib import Path
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 WRITER = "transitions.py"
 POLICY_WRITER = "autopilot.py"
+SURGE_WRITER = "surge.py"
 
 
 def _status_writes(tree: ast.AST) -> list[str]:
@@ -39,7 +40,32 @@ def test_only_transitions_writes_status() -> None:
     leader = writes.pop("leader.py", [])
     assert all(w.endswith(": PUT") for w in leader), leader  # its Lease, not a placement
     writes.pop(POLICY_WRITER, None)  # a HamiDefragPolicy's status: see the test below
+    surge = writes.pop(SURGE_WRITER, [])
+    assert surge and all(w.endswith(": PATCH") for w in surge), surge  # scale, pod mark, finalizer: below
     assert set(writes) == {WRITER}, writes
+
+
+def test_the_surge_patches_scale_a_pod_and_the_finalizer_never_a_status() -> None:
+    """agent/surge.py PATCHes the scale subresource, the pod to remove and the placement's
+    metadata (finalizers); the status of a surge move goes through transitions.py like any other."""
+    text = (AGENT / SURGE_WRITER).read_text()
+    tree = ast.parse(text)
+    patches = [
+        ast.unparse(n.args[1])
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "request"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and n.args[0].value == "PATCH"
+    ]
+    assert patches == [
+        "path",
+        "f'/api/v1/namespaces/{p.namespace}/pods/{p.status.remove_pod}'",
+        "hp.placement_path(p.namespace, p.name)",
+    ], patches
+    assert "status=True" not in text and '"status"' not in text
 
 
 def test_the_autopilot_writes_only_its_policies_status() -> None:
