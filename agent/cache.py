@@ -22,12 +22,21 @@ from agent.pod_index import PodIndex
 from hami_place_core import annotations as ann
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
+from hami_place_core import surge
 from hami_place_core.placement import Placement
 from hami_place_core.state import ClusterState, NodeState, delete_node, delete_pod, upsert_node, upsert_pod
 
 Resource = Literal["nodes", "pods", "placements", "namespaces", "policies"]
 
-_POD_ANNOTATIONS = (*ann.MODEL_POD_ANNOTATIONS, hp.POD_PLACEMENT, hp.POD_REQ_ID, hp.POD_CLAIM, hp.POD_NODE)
+# surge.DELETION_COST: a surge scales down only once the mark on the pod to remove is seen.
+_POD_ANNOTATIONS = (
+    *ann.MODEL_POD_ANNOTATIONS,
+    hp.POD_PLACEMENT,
+    hp.POD_REQ_ID,
+    hp.POD_CLAIM,
+    hp.POD_NODE,
+    surge.DELETION_COST,
+)
 
 
 _PLACEMENT_SPEC = ("nodeSelector", "affinity", "tolerations", "priority")

@@ -205,12 +205,13 @@ def placement_manifest(
     gpus: tuple[str, ...],
     evict: str | None,
     eviction_timeout: float | None = None,
+    strategy: str = "Evict",
 ) -> dict[str, Any]:
     from hami_place_core import placement as hp
     from hami_place_core.targets import TargetError
 
     try:
-        manifest = hp.new_placement(ns, name, req_id, selector, node, list(gpus), evict)
+        manifest = hp.new_placement(ns, name, req_id, selector, node, list(gpus), evict, strategy=strategy)
     except TargetError as e:
         raise UserError(str(e)) from e
     if evict and eviction_timeout:
@@ -225,6 +226,9 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     kube = _kube(kw)
     ns = kube.effective_namespace()
     pod = get_pod(kube, ns, pod_name)
+    strategy = STRATEGIES[kw.get("strategy") or "evict"]
+    if strategy == hp.SURGE:
+        _refuse_surge(pod)
     wl = pod_workload(kube, pod)
     if not any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or ()):
         if evict:
@@ -243,12 +247,12 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     req_id = kw["req_id"] or hp.new_req_id()
     name = kw["placement_name"] or hp.placement_name(wl.stem, req_id)
     manifest = placement_manifest(
-        ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None, kw.get("eviction_timeout")
+        ns, name, req_id, wl.selector, node, gpus, pod_name if evict else None, kw.get("eviction_timeout"), strategy
     )
     dry_run = None if kw["dry_run"] == "none" else kw["dry_run"]
     obj = manifest if dry_run == "client" else create_placement(kube, manifest, dry_run)
     if evict:
-        what = f"evicts pod {pod_name} (PDBs respected); {wl.description} lands on the target"
+        what = _what_moves(pod_name, strategy, wl.description)
     else:
         what = (
             f"moves pod {pod_name} at its next restart: nothing is evicted now; {wl.description} lands on the "
@@ -260,6 +264,28 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
         _announce(obj, what, target, dry_run, kw["output"])
         if wait and not dry_run:
             follow_placement(kube, ns, name, kw, kw["timeout"])
+
+
+# --strategy's choices, kubectl-style lowercase, and the spec's values.
+STRATEGIES = {"evict": "Evict", "surge": "Surge", "auto": "Auto"}
+
+
+def _what_moves(pod: str, strategy: str, description: str) -> str:
+    if strategy == "Surge":
+        return f"starts one more replica of {description} on the target, then removes pod {pod} once it is Ready"
+    if strategy == "Auto":
+        return f"surges where safe (else evicts pod {pod}, PDBs respected); {description} lands on the target"
+    return f"evicts pod {pod} (PDBs respected); {description} lands on the target"
+
+
+def _refuse_surge(pod: dict[str, Any]) -> None:
+    """What the agent would refuse at once (not a Deployment's or ReplicaSet's pod), said here."""
+    from hami_place_core import surge
+
+    try:
+        surge.refuse_owner(pod)
+    except surge.SurgeRefused as e:
+        raise UserError(str(e)) from e
 
 
 def _gpu_count_note(pod: dict[str, Any], gpus: tuple[str, ...], allowed: bool) -> str:
@@ -306,6 +332,13 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
 @target_options()
 @click.option("--evict", is_flag=True, help="Evict the pod now (respecting PDBs) so its controller recreates it there.")
 @click.option(
+    "--strategy",
+    type=click.Choice(list(STRATEGIES)),
+    help="Move now, this way: evict (as --evict); surge (start the new pod on the target first, remove the old "
+    "one once it is Ready: no replica is lost; Deployments and ReplicaSets without an autoscaler); auto (surge "
+    "where safe, else evict).",
+)
+@click.option(
     "--change-gpu-count",
     is_flag=True,
     help="Let the replacement have as many GPUs as --gpu names even if the pod has another count.",
@@ -332,16 +365,19 @@ def move(pod: str, node: str, gpus: tuple[str, ...], evict: bool, no_wait: bool,
     --evict the agent evicts the pod now, through the Eviction API so PodDisruptionBudgets hold,
     and the command streams progress until the replacement runs on the target: exit 0 on
     Completed, 1 on Failed or timeout. Without --evict the move happens when the pod next
-    restarts.
+    restarts. --strategy surge moves it without a gap: one more replica starts on the target,
+    and the old pod is removed (and the replica count restored) once the new one is Ready.
 
     \b
     Examples:
       kubectl hami-place move trainer-7d9f-abcde --node gpu-node-3 --gpu gpu-0 --evict
       kubectl hami-place move infer-0 -n ml --node gpu-node-1 --gpu gpu-1/50 --evict --timeout 5m
       kubectl hami-place move web-5c8d-x2k4q --node gpu-node-2 --gpu gpu-0 --evict --eviction-timeout 2m
+      kubectl hami-place move web-5c8d-x2k4q --node gpu-node-2 --gpu gpu-1 --strategy surge
       kubectl hami-place move trainer-7d9f-abcde --node gpu-node-2 --gpu gpu-3   # at next restart
     """
-    _move(pod, node, gpus, evict, evict and not no_wait, kw)
+    now = evict or kw.get("strategy") is not None
+    _move(pod, node, gpus, now, now and not no_wait, kw)
 
 
 @click.command()

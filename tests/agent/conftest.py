@@ -4,6 +4,9 @@ The harness itself (AgentSet, create_placement, install_crd, tokens) is in testb
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,8 +14,11 @@ import pytest
 from kubernetes import client
 
 from testbed.agent_set import AgentSet
+from testbed.allocation import Allocator, start_allocator
 from testbed.cluster import TestBed
 from testbed.crd import install_crd
+from testbed.gpu_nodes import NodeSpec
+from testbed.placements import placement_status
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +51,53 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if isinstance(s, AgentSet):
                 report.sections.append((f"{fixture} logs", s.logs()))
     return report
+
+
+def wait_phase(api, ns, name, phases, timeout=60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = placement_status(api, ns, name)
+        if st.get("phase") in phases:
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} not in {phases} after {timeout}s: {json.dumps(st)[:1500]}")
+        time.sleep(0.2)
+
+
+def running(core, ns, selector) -> list[Any]:
+    return [
+        p
+        for p in core.list_namespaced_pod(ns, label_selector=selector).items
+        if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+    ]
+
+
+@pytest.fixture
+def mover_set(testbed, api, tmp_path):
+    install_crd(api)
+    sets: list[AgentSet] = []
+    standins: list[Allocator] = []
+    targets: list[NodeSpec] = []
+
+    def make(label: str, env: dict[str, str] | None = None) -> tuple[AgentSet, str]:
+        s = AgentSet(testbed, api, tmp_path / label, label, 1, env).start()
+        sets.append(s)
+        ns = s.namespace(label)
+        # Targets are this test's own nodes: what it allocates never leaks into other tests.
+        specs = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(2)]
+        testbed.add_nodes(specs)
+        targets.extend(specs)
+        # Real HAMi allocates the pinned replacements; in CI the stand-in writes that allocation.
+        standins.append(start_allocator(api, {ns}))
+        return s, ns
+
+    make.targets = targets  # type: ignore[attr-defined]
+    yield make
+    for st in standins:
+        st.stop()
+    for spec in targets:
+        with contextlib.suppress(Exception):
+            client.CoreV1Api(api).delete_node(spec.name)
+    for s in sets:
+        print(s.logs())
+        s.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -14,34 +13,17 @@ from kubernetes import client
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet, create_placement
-from testbed.allocation import Allocator, start_allocator
+from testbed.allocation import start_allocator
 from testbed.crd import install_crd
 from testbed.gpu_nodes import NodeSpec
 from testbed.placements import placement, placement_status
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
 
+from .conftest import running, wait_phase
+
 # Every move crosses HAMi (its Filter allocates the replacement): run in both modes (docs/testing.md).
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]
-
-
-def wait_phase(api, ns, name, phases, timeout=60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        st = placement_status(api, ns, name)
-        if st.get("phase") in phases:
-            return st
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} not in {phases} after {timeout}s: {json.dumps(st)[:1500]}")
-        time.sleep(0.2)
-
-
-def running(core, ns, selector) -> list[Any]:
-    return [
-        p
-        for p in core.list_namespaced_pod(ns, label_selector=selector).items
-        if p.status.phase == "Running" and not p.metadata.deletion_timestamp
-    ]
 
 
 def move(name, req, app, node, gpus, evict, eviction_seconds=None) -> dict[str, Any]:
@@ -49,37 +31,6 @@ def move(name, req, app, node, gpus, evict, eviction_seconds=None) -> dict[str, 
     if eviction_seconds:
         body["spec"]["timeouts"] = {"evictionSeconds": eviction_seconds, "replacementSeconds": 120}
     return body
-
-
-@pytest.fixture
-def mover_set(testbed, api, tmp_path):
-    install_crd(api)
-    sets: list[AgentSet] = []
-    standins: list[Allocator] = []
-    targets: list[NodeSpec] = []
-
-    def make(label: str, env: dict[str, str] | None = None) -> tuple[AgentSet, str]:
-        s = AgentSet(testbed, api, tmp_path / label, label, 1, env).start()
-        sets.append(s)
-        ns = s.namespace(label)
-        # Targets are this test's own nodes: what it allocates never leaks into other tests.
-        specs = [NodeSpec(f"{ns[:50]}-t{i}", gpus=4) for i in range(2)]
-        testbed.add_nodes(specs)
-        targets.extend(specs)
-        # Real HAMi allocates the pinned replacements; in CI the stand-in writes that allocation.
-        standins.append(start_allocator(api, {ns}))
-        return s, ns
-
-    make.targets = targets  # type: ignore[attr-defined]
-    yield make
-    for st in standins:
-        st.stop()
-    for spec in targets:
-        with contextlib.suppress(Exception):
-            client.CoreV1Api(api).delete_node(spec.name)
-    for s in sets:
-        print(s.logs())
-        s.stop()
 
 
 def _evictions(s: AgentSet) -> float:

@@ -12,9 +12,9 @@ import pytest
 from hami_place_core.lifecycle import EDGES, TABLE, Observation, Seen, decide, mermaid
 from hami_place_core.placement import Placement
 from hami_place_core.placement_status import Phase
+from hami_place_core.problems import Code, Problem
 
 TERMINAL = (Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED)
-from hami_place_core.problems import Code, Problem
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 STAMP = "2026-01-02T03:04:05Z"
