@@ -56,6 +56,12 @@ class Surger:
     # ---- step 1: may this pod surge? ------------------------------------------------------------
     async def plan(self, p: Placement, pod: dict[str, Any]) -> surge.ScaleTarget:
         """The object to scale for `pod`, or SurgeRefused with why not (nothing is changed)."""
+        try:
+            return await self._plan(p, pod)
+        except kube_errors.Forbidden as e:
+            raise surge.SurgeRefused(f"the agent may not read what a surge checks ({e})") from e
+
+    async def _plan(self, p: Placement, pod: dict[str, Any]) -> surge.ScaleTarget:
         surge.refuse_owner(pod)
         _, rs_name = surge.owner_kind(pod) or ("", "")
         ns = p.namespace
@@ -75,7 +81,12 @@ class Surger:
         self, p: Placement, pod: dict[str, Any], target: surge.ScaleTarget, siblings: tuple[str, ...]
     ) -> None:
         """The finalizer, then the intent; the scale-up follows on the same pass."""
-        p = await self.add_finalizer(p)
+        try:
+            p = await self.add_finalizer(p)
+        except kube_errors.Forbidden as e:
+            why = f"the agent may not add its finalizer to placement {p.name} ({e})"
+            await self.transitions.apply(p, Observation(Seen.SURGE_ABORTED, detail=why))
+            return
         intent = Observation(
             Seen.SURGE_STARTED,
             pod_uid=pod["metadata"].get("uid") or "",
@@ -129,11 +140,21 @@ class Surger:
 
     # ---- step 3: back to the count it had ------------------------------------------------------
     async def scale_down(self, p: Placement) -> None:
-        if await self._mark_pod_to_remove(p):
-            return  # the next pass scales down, once the cache (like the ReplicaSet controller's) has the mark
+        unmarked = ""
+        try:
+            if await self._mark_pod_to_remove(p):
+                return  # the next pass scales down, once the cache (like the ReplicaSet controller's) has the mark
+        except kube_errors.Forbidden as e:
+            # Restoring the count comes first; say that the controller chose the pod it removed.
+            unmarked = (
+                f"; the agent may not mark pod {p.status.remove_pod} for removal ({e}), "
+                "so the ReplicaSet controller chose the pod it removed"
+            )
         n = p.status.surge_replicas or 0
         failpoint("surge.before-scale-down")
         why = await self._set_replicas(p, n + 1, n)
+        if unmarked:
+            why = (why or f"{p.status.surge_target} is back to {n} replicas") + unmarked
         failpoint("surge.after-scale-down")
         updated = await self.transitions.apply(p, Observation(Seen.SCALED_DOWN, detail=why))
         if updated is not None:

@@ -21,6 +21,7 @@ from agent.kube import AsyncKube
 from hami_place_core import placement as hp
 from hami_place_core import surge
 from hami_place_core.fit import GpuUsage, fit_pod
+from hami_place_core.kube import errors as kube_errors
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
 from hami_place_core.problems import Code, Problem, has_code, messages
@@ -165,7 +166,12 @@ class PlacementValidator:
                 ]
         if kind is None:
             return []  # not a ReplicaSet's pod: Surge is refused at start with the reason, Auto evicts
-        rs = await self.kube.request("GET", f"/apis/apps/v1/namespaces/{p.namespace}/replicasets/{name}")
+        try:
+            rs = await self.kube.request("GET", f"/apis/apps/v1/namespaces/{p.namespace}/replicasets/{name}")
+        except kube_errors.KubeError as e:
+            return [
+                Problem(Code.EVICT_POD_OWNER_UNSUPPORTED, f"strategy {p.strategy}: cannot read ReplicaSet {name}: {e}")
+            ]
         owner = surge.controller_of(rs)
         plural, target = (
             ("deployments", owner.get("name")) if owner and owner.get("kind") == "Deployment" else ("replicasets", name)

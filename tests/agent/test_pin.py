@@ -374,3 +374,41 @@ def _alice_probe(alice, ns, body) -> str:
         return ""
     except ApiException as e:
         return e.body
+
+
+@pytest.mark.hami
+def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kubeconfig) -> None:
+    """A surge changes the workload's replica count: the requester must be allowed to (the scale
+    subresource of its Deployment), on top of evicting."""
+    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    apps.create_namespaced_deployment(
+        ans, deployment("sv", replicas=1, extra_limits={"nvidia.com/gpumem-percentage": "10"})
+    )
+    pod = wait_for("sv pod", lambda: core.list_namespaced_pod(ans, label_selector="app=sv").items, 30)[0]
+    rules = [
+        {"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    ]
+    rbac.create_namespaced_role(ans, {"metadata": {"name": "movers"}, "rules": rules})
+    rbac.create_namespaced_role_binding(
+        ans,
+        {
+            "metadata": {"name": "bob"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "movers"},
+            "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    bob = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("bob")))
+    body = placement(
+        "sv-move", "sv-move-01", {"app": "sv"}, testbed.nodes[0].name, ["gpu-0/10"], evict=pod.metadata.name
+    )
+    wait_for("sv cached", lambda: "not found in namespace" not in _alice_probe(bob, ans, body), 20)
+    assert _alice_probe(bob, ans, body) == ""  # an eviction: allowed
+    body["spec"]["strategy"] = "Surge"
+    message = json.loads(_alice_probe(bob, ans, body))["message"]
+    assert message.endswith(
+        f"denied the request: user bob may not update deployments/scale sv in namespace {ans}; strategy Surge scales it"
+    ), message
+    rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["update"]})
+    rbac.patch_namespaced_role("movers", ans, {"rules": rules})
+    wait_for("bob may surge", lambda: _alice_probe(bob, ans, body) == "", 20)
