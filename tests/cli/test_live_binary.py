@@ -433,3 +433,34 @@ def test_req_id_and_durations_read_as_kubectl_does(live: Live) -> None:
     assert live.run("status", "-n", live.ns, "--request-timeout", "5s").returncode == 0
     slow = live.run("status", "-n", live.ns, "--request-timeout", "soon")
     assert slow.returncode == 2 and "'soon' is not a duration" in slow.stderr
+
+
+@pytest.mark.hami
+def test_move_with_strategy_surge_keeps_the_pod_until_its_successor_is_ready(live: Live) -> None:
+    apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
+    apps.create_namespaced_deployment(live.ns, deployment("surgecli", replicas=1))
+    old = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=surgecli"), 60)[0].metadata.name
+    target = live.targets[0]
+    result = live.run("move", old, "-n", live.ns, "--node", target.name, "--gpu", "gpu-3", "--strategy", "surge")
+    assert result.returncode == 0, result.stderr
+    assert "starts one more replica of" in result.stdout and f"then removes pod {old} once it is Ready" in result.stdout
+    assert "ScalingUp" in result.stdout and "Completed" in result.stdout, result.stdout
+    assert apps.read_namespaced_deployment("surgecli", live.ns).spec.replicas == 1
+    wait_for(
+        "the old pod gone", lambda: old not in {p.metadata.name for p in running_pods(core, live.ns, "app=surgecli")}
+    )
+    # a StatefulSet's pod cannot surge: refused by the CLI before anything is created
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "sdb"},
+        "spec": {"serviceName": "sdb", **deployment("sdb")["spec"]},
+    }
+    apps.create_namespaced_stateful_set(live.ns, sts)
+    wait_for("sdb-0", lambda: running_pods(core, live.ns, "app=sdb"), 60)
+    refused = live.run("move", "sdb-0", "-n", live.ns, "--node", target.name, "--gpu", "gpu-2", "--strategy", "surge")
+    assert refused.returncode == 1
+    assert (
+        "pod sdb-0 belongs to StatefulSet sdb: surge moves only pods of a Deployment or ReplicaSet"
+        in one_line_error(refused.stderr)
+    )
