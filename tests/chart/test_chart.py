@@ -45,7 +45,7 @@ EXPECTED_CLUSTER_RULES = [
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     # agent/surge.py
-    {"apiGroups": ["apps"], "resources": ["replicasets", "deployments"], "verbs": ["get"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": ["get"]},
     {"apiGroups": ["apps"], "resources": ["replicasets/scale", "deployments/scale"], "verbs": ["get", "patch"]},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
@@ -57,7 +57,6 @@ AUTOPILOT_RULES = [
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": [GROUP], "resources": ["hamidefragpolicies/status"], "verbs": ["update"]},
     {"apiGroups": [GROUP], "resources": ["hamipodplacements"], "verbs": ["create"]},
-    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]},
 ]
 # agent/leader.py: GET the Lease, POST it when absent, PUT it to renew or take over.
 EXPECTED_LEASE_RULES = [

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
+from testbed.gpu_nodes import NodeSpec
 from testbed.placements import get_placement
 from testbed.waiting import running_pods, wait_for
 from testbed.workloads import deployment
@@ -440,7 +441,8 @@ def test_move_with_strategy_surge_keeps_the_pod_until_its_successor_is_ready(liv
     apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("surgecli", replicas=1))
     old = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=surgecli"), 60)[0].metadata.name
-    target = live.targets[0]
+    target = NodeSpec(f"{live.ns[:50]}-surge", gpus=4)  # its own node: other tests fill the shared targets
+    live.testbed.add_nodes([target])
     result = live.run("move", old, "-n", live.ns, "--node", target.name, "--gpu", "gpu-3", "--strategy", "surge")
     assert result.returncode == 0, result.stderr
     assert "starts one more replica of" in result.stdout and f"then removes pod {old} once it is Ready" in result.stdout

@@ -535,7 +535,7 @@ def test_status_is_only_written_through_the_status_subresource(custom, ns) -> No
         pytest.param(
             {"phase": "Running"},
             'status.phase: Unsupported value: "Running": supported values: "Pending", "Claimed", "Bound", '
-            '"Evicting", "WaitingForPod", "Completed", "Failed", "Cancelled"',
+            '"Evicting", "WaitingForPod", "ScalingUp", "ScalingDown", "Completed", "Failed", "Cancelled"',
             id="unknown-phase",
         ),
         pytest.param(
@@ -628,7 +628,7 @@ def test_kubectl_printer_columns_category_and_explain(custom, ns, testbed, tmp_p
     ]
 
     header, row = _kubectl(testbed, tmp_path, "get", "hamipodplacements", "-n", ns, "-o", "wide").splitlines()
-    assert header.split() == ["NAME", "REQID", "NODE", "GPUS", "PHASE", "POD", "AGE", "EVICT", "MESSAGE"]
+    assert header.split() == ["NAME", "REQID", "NODE", "GPUS", "PHASE", "POD", "AGE", "EVICT", "STRATEGY", "MESSAGE"]
     assert row.split()[-2:] == ["my-job-old12", "bound-to-target"]
 
     listed = _kubectl(testbed, tmp_path, "get", "hami", "-n", ns, "-o", "name")
