@@ -276,6 +276,7 @@ class Autopilot:
             list(flight["gpus"]),
             evict_pod=pod_name,
             created_by=CREATED_BY,
+            strategy=policy.move_strategy,
         )
         manifest["metadata"]["labels"][dp.POLICY_LABEL] = policy.name
         # The agent's own timeouts (the CRD would default them to its own): a PDB that blocks an

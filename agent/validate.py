@@ -151,7 +151,8 @@ class PlacementValidator:
 
     async def _surge_problems(self, review: Review, p: Placement) -> list[Problem]:
         """A surge scales the pod's controller: the requester must be allowed to (SubjectAccessReview
-        on its scale subresource), and Surge (not Auto) needs room next to the running pod."""
+        on its scale subresource; the agent's own policies too), and Surge (not Auto) needs room
+        next to the running pod."""
         pod = self.cache.pod(p.namespace, p.evict_pod)
         kind, name = surge_owner(pod) if pod else (None, None)
         if kind is not None and p.strategy != hp.AUTO:
@@ -176,13 +177,15 @@ class PlacementValidator:
         plural, target = (
             ("deployments", owner.get("name")) if owner and owner.get("kind") == "Deployment" else ("replicasets", name)
         )
-        allowed, why = await may(review.user, self.kube, p.namespace, "update", "apps", f"{plural}/scale", str(target))
+        # `patch`, the verb the agent itself uses on the scale subresource (agent/surge.py): what the
+        # agent does for the requester, the requester must be allowed to do.
+        allowed, why = await may(review.user, self.kube, p.namespace, "patch", "apps", f"{plural}/scale", str(target))
         if allowed:
             return []
         return [
             Problem(
                 Code.EVICTION_NOT_ALLOWED,
-                f"user {review.username or '<unknown>'} may not update {plural}/scale {target} in namespace "
+                f"user {review.username or '<unknown>'} may not patch {plural}/scale {target} in namespace "
                 f"{p.namespace}{': ' + why if why else ''}; strategy {p.strategy} scales it",
             )
         ]

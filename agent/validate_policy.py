@@ -5,7 +5,9 @@ The CRD's schema and CEL rules check shape; this checks what they cannot (hami_p
 defrag_policy.py, the parser the autopilot itself uses): a cron expression that never fires, an
 unknown time zone, a selector that does not parse. Then authority: a policy in Apply mode evicts
 pods through the agent's service account, so its author must be allowed to create pods/eviction in
-every namespace the policy selects (in every namespace, when it names none).
+every namespace the policy selects (in every namespace, when it names none); a policy whose
+moveStrategy may surge also scales Deployments and ReplicaSets there, so its author must be allowed
+to patch their scale subresource too (the verb the agent uses, as for a placement's surge).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import logging
 from agent import metrics
 from agent.admission import Review, Verdict
 from agent.kube import AsyncKube
-from agent.validate import may_evict
+from agent.validate import may, may_evict
 from hami_place_core import defrag_policy as dp
+from hami_place_core import placement as hp
 
 log = logging.getLogger("hami_place.agent.validate_policy")
 
@@ -43,16 +46,28 @@ class PolicyValidator:
         except dp.PolicyError as e:
             return Verdict(allowed=False, code=422, reason="Invalid", message=f"policy {review.name}: {e}")
         for namespace in sorted(policy.namespaces) if policy.namespaces is not None else [""]:
-            allowed, reason = await may_evict(self.kube, review.user, namespace)
-            if not allowed:
-                where = f"namespace {namespace}" if namespace else "every namespace (the policy names none)"
-                return Verdict(
-                    allowed=False,
-                    code=403,
-                    reason="Forbidden",
-                    message=(
-                        f"policy {review.name}: {review.username or 'this user'} may not create pods/eviction in "
-                        f"{where}, so may not have the autopilot evict pods there" + (f" ({reason})" if reason else "")
-                    ),
-                )
+            refused = await self._authority(review, policy, namespace)
+            if refused:
+                return Verdict(allowed=False, code=403, reason="Forbidden", message=f"policy {review.name}: {refused}")
         return Verdict()
+
+    async def _authority(self, review: Review, policy: dp.Policy, namespace: str) -> str:
+        """Why the author may not have the autopilot act in `namespace` ("" if they may)."""
+        who = review.username or "this user"
+        where = f"namespace {namespace}" if namespace else "every namespace (the policy names none)"
+        allowed, reason = await may_evict(self.kube, review.user, namespace)
+        if not allowed:
+            because = f" ({reason})" if reason else ""
+            evict = "so may not have the autopilot evict pods there"
+            return f"{who} may not create pods/eviction in {where}, {evict}{because}"
+        if policy.move_strategy == hp.EVICT:
+            return ""
+        for resource in ("deployments/scale", "replicasets/scale"):
+            allowed, reason = await may(review.user, self.kube, namespace, "patch", "apps", resource)
+            if not allowed:
+                because = f" ({reason})" if reason else ""
+                return (
+                    f"{who} may not patch {resource} in {where}, so may not have the autopilot surge workloads "
+                    f"there (moveStrategy {policy.move_strategy}){because}"
+                )
+        return ""

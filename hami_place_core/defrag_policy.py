@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hami_place_core import placement as hp
 from hami_place_core.schedule import ScheduleError, Window, parse_duration
 from hami_place_core.selectors import SelectorError, matches
 
@@ -67,6 +68,7 @@ class Policy:
     pod_selector: Mapping[str, Any] | None
     max_priority: int | None
     node_selector: Mapping[str, Any] | None
+    move_strategy: str = hp.EVICT  # the strategy of every placement the policy creates
 
     def selects_pod(self, pod: Mapping[str, Any]) -> bool:
         """May the autopilot move this pod (or make room for it)?"""
@@ -214,6 +216,9 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     namespaces, pod_selector, max_priority = _scope(spec)
     min_interval = _duration(spec.get("minInterval"), "spec.minInterval", 300.0)
     assert min_interval is not None
+    strategy = spec.get("moveStrategy") or hp.EVICT
+    if strategy not in hp.STRATEGIES:
+        raise PolicyError(f"spec.moveStrategy must be Evict, Surge or Auto, got {strategy!r}")
     generation = meta.get("generation")
     return Policy(
         name=str(meta.get("name") or ""),
@@ -229,6 +234,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
         pod_selector=pod_selector,
         max_priority=max_priority,
         node_selector=_selector(spec.get("nodeSelector"), "spec.nodeSelector"),
+        move_strategy=str(strategy),
     )
 
 

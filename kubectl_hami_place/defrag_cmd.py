@@ -10,12 +10,14 @@ import click
 
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import (
+    STRATEGIES,
     Duration,
     agent_options,
     eviction_timeout_option,
     kube_options,
     planner_options,
     selector_option,
+    strategy_option,
 )
 
 DEFAULT_MAX_MOVES = 10
@@ -48,6 +50,7 @@ DEFAULT_MAX_MOVES = 10
     help="Make room for this Pending pod (in -n's namespace) instead, then put it on the room made.",
 )
 @selector_option("Only nodes with these labels: defragment one node pool (e.g. -l pool=a100).")
+@strategy_option("With --apply, how each move runs:", default="evict")
 @agent_options
 @kube_options
 def defrag(
@@ -64,13 +67,16 @@ def defrag(
     With --apply, each move is a HamiPodPlacement with evictPod, executed by the agent (its rate
     limits, the PDBs and the controller checks hold), followed until Completed. After each move the
     plan is recomputed from the live cluster; the first failure stops the run with a summary.
-    Without --apply it prints the plan and changes nothing.
+    Without --apply it prints the plan and changes nothing. --strategy auto moves each pod of a
+    Deployment or ReplicaSet without losing a replica (surge) and evicts the others; --strategy
+    surge stops at the first pod that cannot surge.
 
     \b
     Examples:
       kubectl hami-place defrag                       # what would move (no changes)
       kubectl hami-place defrag --apply --max-moves 5
       kubectl hami-place defrag --apply --objective fragmentation --exclude-namespace prod
+      kubectl hami-place defrag --apply --strategy auto   # no replica lost where a surge is safe
       kubectl hami-place defrag --for train-0 -n ml --apply   # make room for a Pending pod, then place it
 
     With --for, the moves are those of `plan --for` (re-planned from the live cluster after each);
@@ -132,15 +138,26 @@ def defrag(
 def execute_move(kube: Any, m: Any, kw: dict[str, Any]) -> None:
     """One move through a HamiPodPlacement with evictPod, followed until Completed (UserError if not)."""
     from hami_place_core import placement as hp
-    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
+    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest, refuse_surge
     from kubectl_hami_place.workloads import get_pod, pod_workload
 
     pod = get_pod(kube, m.namespace, m.name)
+    strategy = STRATEGIES[kw.get("strategy") or "evict"]
+    if strategy == hp.SURGE:
+        refuse_surge(pod)
     wl = pod_workload(kube, pod)
     req_id = hp.new_req_id()
     name = hp.placement_name(f"defrag-{m.name}", req_id)
     manifest = placement_manifest(
-        m.namespace, name, req_id, wl.selector, m.to_node, tuple(m.gpu_devices), m.name, kw["eviction_timeout"]
+        m.namespace,
+        name,
+        req_id,
+        wl.selector,
+        m.to_node,
+        tuple(m.gpu_devices),
+        m.name,
+        kw["eviction_timeout"],
+        strategy,
     )
     manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
     create_placement(kube, manifest, None)

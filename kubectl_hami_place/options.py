@@ -174,3 +174,23 @@ def planner_options(fn: F) -> F:
 
 def eviction_timeout_option(help_text: str) -> Callable[[F], F]:
     return click.option("--eviction-timeout", type=Duration(), metavar="DURATION", help=help_text)
+
+
+# --strategy's choices, kubectl-style lowercase, and the placement spec's values.
+STRATEGIES = {"evict": "Evict", "surge": "Surge", "auto": "Auto"}
+_STRATEGY_HELP = (
+    "evict (the pod is evicted, PDBs respected; its controller recreates it on the target); surge (the new pod "
+    "starts on the target first, the old one goes once it is Ready: no replica is lost; pods of Deployments and "
+    "ReplicaSets without an autoscaler); auto (surge where safe, else evict)."
+)
+
+
+def strategy_option(lead: str, default: str | None = None) -> Callable[[F], F]:
+    """How a move runs (the placement's spec.strategy), shared by `move` and `defrag`."""
+    return click.option(
+        "--strategy",
+        type=click.Choice(list(STRATEGIES)),
+        default=default,
+        show_default=default is not None,
+        help=f"{lead} {_STRATEGY_HELP}",
+    )

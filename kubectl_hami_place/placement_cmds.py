@@ -16,12 +16,14 @@ import click
 
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import (
+    STRATEGIES,
     Duration,
     agent_options,
     eviction_timeout_option,
     kube_options,
     output_option,
     selector_option,
+    strategy_option,
     target_options,
     watch_option,
 )
@@ -228,7 +230,7 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
     pod = get_pod(kube, ns, pod_name)
     strategy = STRATEGIES[kw.get("strategy") or "evict"]
     if strategy == hp.SURGE:
-        _refuse_surge(pod)
+        refuse_surge(pod)
     wl = pod_workload(kube, pod)
     if not any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or ()):
         if evict:
@@ -266,10 +268,6 @@ def _move(pod_name: str, node: str, gpus: tuple[str, ...], evict: bool, wait: bo
             follow_placement(kube, ns, name, kw, kw["timeout"])
 
 
-# --strategy's choices, kubectl-style lowercase, and the spec's values.
-STRATEGIES = {"evict": "Evict", "surge": "Surge", "auto": "Auto"}
-
-
 def _what_moves(pod: str, strategy: str, description: str) -> str:
     if strategy == "Surge":
         return f"starts one more replica of {description} on the target, then removes pod {pod} once it is Ready"
@@ -278,7 +276,7 @@ def _what_moves(pod: str, strategy: str, description: str) -> str:
     return f"evicts pod {pod} (PDBs respected); {description} lands on the target"
 
 
-def _refuse_surge(pod: dict[str, Any]) -> None:
+def refuse_surge(pod: dict[str, Any]) -> None:
     """What the agent would refuse at once (not a Deployment's or ReplicaSet's pod), said here."""
     from hami_place_core import surge
 
@@ -331,13 +329,7 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
 @click.argument("pod")
 @target_options()
 @click.option("--evict", is_flag=True, help="Evict the pod now (respecting PDBs) so its controller recreates it there.")
-@click.option(
-    "--strategy",
-    type=click.Choice(list(STRATEGIES)),
-    help="Move now, this way: evict (as --evict); surge (start the new pod on the target first, remove the old "
-    "one once it is Ready: no replica is lost; Deployments and ReplicaSets without an autoscaler); auto (surge "
-    "where safe, else evict).",
-)
+@strategy_option("Move now, this way:")
 @click.option(
     "--change-gpu-count",
     is_flag=True,

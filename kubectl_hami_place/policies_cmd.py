@@ -138,7 +138,15 @@ def _spec_lines(spec: dict[str, Any]) -> list[tuple[str, str]]:
         ("Nodes", nodes),
         ("Window", when),
         ("Budgets", budgets),
+        ("Moves as", _STRATEGY_TEXT.get(str(spec.get("moveStrategy") or "Evict"), str(spec.get("moveStrategy")))),
     ]
+
+
+_STRATEGY_TEXT = {
+    "Evict": "Evict (the pod is evicted; its controller recreates it on the target)",
+    "Surge": "Surge (one more replica on the target first; only Deployment/ReplicaSet pods)",
+    "Auto": "Auto (Surge where it is safe, Evict otherwise)",
+}
 
 
 def _when(value: object, now: datetime | None) -> str:

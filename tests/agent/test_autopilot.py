@@ -308,6 +308,32 @@ def test_a_pdb_blocked_move_is_recorded_and_another_plan_runs(pool: dict[str, An
     wait_for("three whole GPUs free", lambda: whole_free(core, ns, node) == 3, 60)
 
 
+def test_move_strategy_auto_surges_where_a_pdb_blocks_every_eviction(pool: dict[str, Any]) -> None:
+    """spec.moveStrategy: with a PDB that allows no eviction at all, an evicting policy could not
+    move anything; Auto surges each 1-replica Deployment instead, and no replica count changes."""
+    api, ns, node = pool["api"], pool["ns"], pool["node"]
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    pdb = {
+        "metadata": {"name": "all"},
+        "spec": {"minAvailable": "100%", "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+    }
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(ns, pdb)
+    create_policy(api, policy("surging", ns, mode="Apply", moveStrategy="Auto"))
+    st = status_when(
+        api, "surging", "two moves done", lambda s: s.get("movesSucceeded") == 2 and s.get("state") == "Idle", 180
+    )
+    assert st.get("movesFailed", 0) == 0, st
+    made = placements_of(api, ns, "surging")
+    assert [(p["spec"]["strategy"], p["status"]["strategy"], p["status"]["phase"]) for p in made] == [
+        ("Auto", "Surge", hp.COMPLETED)
+    ] * 2, [p["status"] for p in made]
+    assert all(p["status"].get("surgeOutcome") == hp.COMPLETED for p in made), [p["status"] for p in made]
+    assert [apps.read_namespaced_deployment(f"slice-{i}", ns).spec.replicas for i in range(3)] == [1, 1, 1]
+    wait_for(
+        "three whole GPUs free", lambda: whole_free(core, ns, node) == 3 and len(allocated(core, ns, "app")) == 3, 60
+    )
+
+
 def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: Any, api: Any, tmp_path: Any) -> None:
     label = "autopilot-ha"
     env = {
@@ -350,6 +376,15 @@ def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: An
             return out
 
         leader = wait_for("one leader", lambda: (ls := leaders()) and len(ls) == 1 and ls, 20)[0]
+        # The event follows the intent's status write and is best effort: wait for it, or a kill
+        # between the two would lose it and the count below would say nothing about re-starts.
+        wait_for(
+            "the in-flight move's MoveStarted event",
+            lambda: any(
+                e.reason == "MoveStarted" and f"moving {flight['pod']} " in e.message for e in policy_events(api, "ha")
+            ),
+            30,
+        )
         leader.kill()
         st = status_when(api, "ha", "both moves done by the new leader", lambda x: x.get("movesSucceeded") == 2, 180)
         assert st.get("movesFailed", 0) == 0
@@ -359,6 +394,7 @@ def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: An
         assert any(p["metadata"]["name"] == flight["placement"].split("/", 1)[1] for p in made)
         started = [e.message for e in policy_events(api, "ha") if e.reason == "MoveStarted"]
         assert len(started) == 2, started
+        assert sum(f"moving {flight['pod']} " in m for m in started) == 1, started  # adopted, not re-started
     finally:
         allocator.stop()
         with contextlib.suppress(ApiException):
@@ -436,6 +472,7 @@ def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet
 
     ns = pilot.namespace("policy-author")
     other = pilot.namespace("policy-victim")
+    evict_only = pilot.namespace("policy-evict-only")
     rbac = client.RbacAuthorizationV1Api(api)
     role = {
         "metadata": {"name": f"policy-author-{ns}"},
@@ -471,12 +508,43 @@ def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet
             )
         assert "every namespace (the policy names none)" in json.loads(e.value.body)["message"]
         create_policy(author, policy("mine", ns))  # its own namespace: allowed
+        create_policy(author, policy("mine-surge", ns, moveStrategy="Surge"))  # edit may patch */scale
+        # Where it may evict but not scale: an evicting policy is allowed, a surging one is not.
+        rbac.create_namespaced_role(
+            evict_only,
+            {
+                "metadata": {"name": "evict"},
+                "rules": [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            evict_only,
+            {"metadata": {"name": "evict"}, "roleRef": {**ref, "kind": "Role", "name": "evict"}, "subjects": subject},
+        )
+        wait_for("the evict-only role in effect", lambda: _creates(author, policy("evicts", evict_only)), 20)
+        with pytest.raises(ApiException) as e:
+            create_policy(author, policy("surges", evict_only, moveStrategy="Auto"))
+        assert e.value.status == 403, e.value.body
+        assert json.loads(e.value.body)["message"].endswith(
+            f"policy surges: system:serviceaccount:{ns}:author may not patch deployments/scale in namespace "
+            f"{evict_only}, so may not have the autopilot surge workloads there (moveStrategy Auto)"
+        ), e.value.body
     finally:
-        for name in ("mine",):
+        for name in ("mine", "mine-surge", "evicts"):
             with contextlib.suppress(ApiException):
                 delete_policy(api, name)
         rbac.delete_cluster_role_binding(role["metadata"]["name"])
         rbac.delete_cluster_role(role["metadata"]["name"])
+
+
+def _creates(api: Any, body: dict[str, Any]) -> bool:
+    try:
+        create_policy(api, body)
+        return True
+    except ApiException as e:
+        if e.status == 403:
+            return False
+        raise
 
 
 def test_defrag_for_a_pending_pod_makes_room_and_places_it(pool: dict[str, Any], testbed: Any) -> None:

@@ -407,8 +407,8 @@ def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kube
     body["spec"]["strategy"] = "Surge"
     message = json.loads(_alice_probe(bob, ans, body))["message"]
     assert message.endswith(
-        f"denied the request: user bob may not update deployments/scale sv in namespace {ans}; strategy Surge scales it"
+        f"denied the request: user bob may not patch deployments/scale sv in namespace {ans}; strategy Surge scales it"
     ), message
-    rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["update"]})
+    rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]})
     rbac.patch_namespaced_role("movers", ans, {"rules": rules})
     wait_for("bob may surge", lambda: _alice_probe(bob, ans, body) == "", 20)

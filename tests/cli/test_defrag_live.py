@@ -287,3 +287,56 @@ def test_plan_and_defrag_avoid_a_node_without_cpu(live: Live) -> None:
         for spec in nodes:
             with contextlib.suppress(Exception):
                 core.delete_node(spec.name)
+
+
+def test_defrag_with_strategy_auto_moves_where_a_pdb_blocks_every_eviction(live: Live) -> None:
+    """defrag --strategy auto: two 1-replica slices on two GPUs of one node, a PDB that allows no
+    eviction; evicting would stop at move 1, auto surges the move and frees the GPU."""
+    api, ns = live.api, live.agents.namespace("surgedefrag")
+    label = {"surge-pool": ns}
+    node = NodeSpec(f"{ns[:48]}-n0", gpus=2, labels=label)
+    live.testbed.add_nodes([node])
+    allocator = start_allocator(api, {ns}, choose_gpus=True)
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sel = f"surge-pool={ns}"
+    try:
+        for name in ("a", "b"):
+            body = deployment(
+                name,
+                replicas=1,
+                extra_limits={"nvidia.com/gpumem-percentage": "30", "nvidia.com/gpucores": "30"},
+                pod_annotations=SPREAD,  # the least used GPU: one slice on each
+            )
+            body["spec"]["template"]["spec"]["nodeSelector"] = label
+            apps.create_namespaced_deployment(ns, body)
+            wait_for(
+                f"{name} allocated",
+                lambda name=name: [
+                    p
+                    for p in running_pods(core, ns, f"app={name}")
+                    if "hami.io/vgpu-devices-allocated" in (p.metadata.annotations or {})
+                ],
+                120,
+            )
+        assert whole_free(live, sel) == 0
+        pdb = {
+            "metadata": {"name": "freeze"},
+            "spec": {"minAvailable": "100%", "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+        }
+        client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(ns, pdb)
+        applied = live.run("defrag", "-l", sel, "--apply", "--strategy", "auto", "--timeout", "120s", timeout=300)
+        assert applied.returncode == 0, (applied.stdout, applied.stderr)
+        assert "ScalingUp" in applied.stdout and "ScalingDown" in applied.stdout, applied.stdout
+        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 moves; whole GPUs free 0 -> 1,")
+        made = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "scheduling.hami.placement.com", "v1", ns, "hamipodplacements"
+        )["items"]
+        assert [(p["spec"]["strategy"], p["status"]["strategy"], p["status"]["phase"]) for p in made] == [
+            ("Auto", "Surge", "Completed")
+        ]
+        assert [apps.read_namespaced_deployment(n, ns).spec.replicas for n in ("a", "b")] == [1, 1]
+        wait_for("one whole GPU free", lambda: whole_free(live, sel) == 1, 60)
+    finally:
+        allocator.stop()
+        with contextlib.suppress(Exception):
+            core.delete_node(node.name)

@@ -437,12 +437,13 @@ def test_req_id_and_durations_read_as_kubectl_does(live: Live) -> None:
 
 
 @pytest.mark.hami
-def test_move_with_strategy_surge_keeps_the_pod_until_its_successor_is_ready(live: Live) -> None:
+def test_move_with_strategy_surge_keeps_the_pod_until_its_successor_is_ready(live: Live, request: Any) -> None:
     apps, core = client.AppsV1Api(live.api), client.CoreV1Api(live.api)
     apps.create_namespaced_deployment(live.ns, deployment("surgecli", replicas=1))
     old = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=surgecli"), 60)[0].metadata.name
     target = NodeSpec(f"{live.ns[:50]}-surge", gpus=4)  # its own node: other tests fill the shared targets
     live.testbed.add_nodes([target])
+    request.addfinalizer(lambda: core.delete_node(target.name))  # later tests count the nodes pods land on
     result = live.run("move", old, "-n", live.ns, "--node", target.name, "--gpu", "gpu-3", "--strategy", "surge")
     assert result.returncode == 0, result.stderr
     assert "starts one more replica of" in result.stdout and f"then removes pod {old} once it is Ready" in result.stdout

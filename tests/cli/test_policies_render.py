@@ -184,3 +184,6 @@ def test_detail_of_a_suspended_dry_run_policy_without_window() -> None:
     assert "Nodes:           every HAMi node" in text
     assert "May move:        every served namespace; priority at most 100" in text
     assert "Budgets:         5 per run, 10 per hour, 2 per node, 1 per workload; min interval 5m" in text
+    assert "Moves as:        Evict (the pod is evicted; its controller recreates it on the target)" in text
+    p["spec"]["moveStrategy"] = "Auto"
+    assert "Moves as:        Auto (Surge where it is safe, Evict otherwise)" in detail(p, NOW)

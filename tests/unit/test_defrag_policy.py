@@ -47,6 +47,9 @@ def test_defaults_match_the_crd() -> None:
     )
     assert p.mode == spec["mode"]["default"] == "DryRun"
     assert p.min_interval == 300.0 and spec["minInterval"]["default"] == "5m"
+    assert p.move_strategy == spec["moveStrategy"]["default"] == "Evict"
+    assert spec["moveStrategy"]["enum"] == ["Evict", "Surge", "Auto"]
+    assert parse_policy(policy(moveStrategy="Auto")).move_strategy == "Auto"
     assert p.pending_after == 120.0 and p.free_below is None and p.window is None and p.generation == 3
 
 
@@ -61,6 +64,7 @@ def test_defaults_match_the_crd() -> None:
         ({"window": {"schedule": "0 2 * * *", "duration": "1h", "timeZone": "Nowhere/X"}}, "unknown time zone"),
         ({"minInterval": "soon"}, "spec.minInterval: 'soon' is not a duration"),
         ({"mode": "Yolo"}, "spec.mode must be DryRun or Apply"),
+        ({"moveStrategy": "surge"}, "spec.moveStrategy must be Evict, Surge or Auto, got 'surge'"),
         ({"selector": {"podSelector": {}}}, "spec.selector.podSelector must set matchLabels or matchExpressions"),
         (
             {"selector": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}},
