@@ -220,24 +220,39 @@ class Mover:
             or bool(pod["metadata"].get("deletionTimestamp"))
         )
 
+    def _choose_strategy(
+        self, p: Placement, pod: dict[str, Any] | None, problems: list[Problem]
+    ) -> tuple[bool, str, list[Problem], str]:
+        """Surge or evict: (surging, why Auto does not surge, the target's problems, why a Surge is
+        refused outright ("" if it is not))."""
+        surging, skipped = p.strategy != hp.EVICT and not problems, ""
+        if surging and pod is not None:
+            # Who owns the pod comes first: a StatefulSet's pod cannot surge however much room there is.
+            try:
+                surge.refuse_owner(pod)
+            except surge.SurgeRefused as e:
+                if p.strategy == hp.SURGE:
+                    return False, "", problems, str(e)
+                surging, skipped = False, str(e)
+        problems = problems + check_target(self.cache, p, [], keep_mover=surging)
+        if problems and surging and p.strategy == hp.AUTO:
+            surging = False  # no room next to the old pod: Auto evicts if the target has room after it
+            problems = check_target(self.cache, p, [])
+            skipped = f"the target has no room while {p.evict_pod} still runs"
+        if surging and has_code(problems, Code.NO_GPU_ROOM, Code.NO_NODE_ROOM):
+            detail = f"the added replica has no room on the target while {p.evict_pod} still runs: "
+            return surging, skipped, problems, detail + "; ".join(x.message for x in problems)
+        return surging, skipped, problems, ""
+
     async def _start(self, p: Placement) -> None:
         pod = self.cache.pod(p.namespace, p.evict_pod)
         problems = check_evict_pod(self.cache, p)
         node = self.cache.node_state(p.node)
         if node is not None and not node.ready:
             problems.append(Problem(Code.NODE_NOT_READY, f"node {p.node} is not Ready"))
-        surging = p.strategy != hp.EVICT and not problems
-        problems += check_target(self.cache, p, [], keep_mover=surging)
-        if problems and surging and p.strategy == hp.AUTO:
-            surging = False  # no room next to the old pod: Auto evicts if the target has room after it
-            problems = check_target(self.cache, p, [])
-            skipped = f"the target has no room while {p.evict_pod} still runs"
-        else:
-            skipped = ""
-        if surging and has_code(problems, Code.NO_GPU_ROOM, Code.NO_NODE_ROOM):
-            detail = f"the added replica has no room on the target while {p.evict_pod} still runs: "
-            detail += "; ".join(x.message for x in problems)
-            await self.transitions.apply(p, Observation(Seen.SURGE_ABORTED, detail=detail))
+        surging, skipped, problems, abort = self._choose_strategy(p, pod, problems)
+        if abort:
+            await self.transitions.apply(p, Observation(Seen.SURGE_ABORTED, detail=abort))
             return
         if problems:
             await self.transitions.apply(p, Observation(Seen.MOVE_REFUSED, problems=tuple(problems)))

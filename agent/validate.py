@@ -111,6 +111,9 @@ class PlacementValidator:
             return Verdict(
                 allowed=False, code=503, message="hami-place agent is still syncing its cache; retry shortly"
             )
+        refused = await self._may_read_node(review, p.node)
+        if refused:
+            return Verdict(allowed=False, code=403, reason="Forbidden", message=refused)
         problems: list[Problem] = []
         warnings: list[str] = []
         if p.target_error:
@@ -129,6 +132,19 @@ class PlacementValidator:
         if problems:
             return _deny_problems(problems)
         return Verdict(warnings=warnings)
+
+    async def _may_read_node(self, review: Review, node: str) -> str:
+        """Forbidden before NotFound, as the API server answers: whether the node exists, its GPU
+        indices and their room are told only to a requester who may read that node (get it, or
+        list nodes); anyone else gets this one answer, whatever the node (docs/security.md)."""
+        for verb, name in (("get", node), ("list", "")):
+            allowed, why = await may(review.user, self.kube, "", verb, "", "nodes", name)
+            if allowed:
+                return ""
+        return (
+            f"user {review.username or '<unknown>'} may not get node {node}{': ' + why if why else ''}; a placement "
+            "targets a node's GPUs, so its author must be allowed to read that node"
+        )
 
     async def _move_problems(self, review: Review, p: Placement, earlier: list[Problem]) -> list[Problem]:
         """evictPod's checks, and that the requester may do what the move does."""

@@ -96,36 +96,94 @@ class RegisterDecoding:
         return self.format in ("json", "legacy-9")
 
 
-def _as_int(value: Any, name: str) -> int:
-    # JSON numbers for int32 fields; bool is an int subclass in Python but never valid here.
+# ---- integers exactly as HAMi's Go decoders read them ---------------------------------------------
+# Field widths of HAMi's structs (pkg/device/devices.go, v2.10.0): DeviceInfo.Index uint,
+# Count/Devmem/Devcore int32, Numa int; ContainerDevice.Usedmem/Usedcores int32 (Go's int and uint
+# are 64 bits on every platform HAMi ships for).
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+UINT64 = (0, 2**64 - 1)
+_DIGITS = frozenset("0123456789")
+
+
+def go_parse_int(text: str, bits: int = 64) -> int:
+    """Go's ``strconv.ParseInt(text, 10, bits)`` (and ``Atoi`` for 64): an optional ``+``/``-``
+    then ASCII digits only (no spaces, no ``_``, no other script's digits, which Python's int()
+    would take), within the signed range of `bits`. Raises ValueError with Go's wording."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not set(digits) <= _DIGITS:
+        raise ValueError(f"strconv.ParseInt: parsing {text[:40]!r}: invalid syntax")
+    if len(digits) > 20:  # longer than any 64-bit value: out of range without converting it
+        raise ValueError(f"strconv.ParseInt: parsing {text[:40]!r}: value out of range")
+    value = -int(digits) if text[0] == "-" else int(digits)
+    if not -(2 ** (bits - 1)) <= value <= 2 ** (bits - 1) - 1:
+        raise ValueError(f"strconv.ParseInt: parsing {text[:40]!r}: value out of range")
+    return value
+
+
+def _not_negative(value: int, name: str) -> int:
+    # HAMi's decoders take a negative count, memory or core figure as it is; hami-place never adds,
+    # subtracts or divides one: the object is invalid, with this reason.
+    if value < 0:
+        raise ValueError(f"{name} is negative ({value})")
+    return value
+
+
+def _json_int(value: Any, name: str, bounds: tuple[int, int], go_type: str) -> int:
+    """A JSON number decoded into a Go integer field by encoding/json: null leaves the zero value,
+    anything but an integer literal in range is an error (a fraction or exponent form, a string)."""
+    if value is None:
+        return 0
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {json.dumps(value)[:40]}")
+    if not bounds[0] <= value <= bounds[1]:
+        shown = str(value) if abs(value) < 10**40 else f"a {len(str(abs(value)))}-digit number"
+        raise ValueError(f"{name} {shown} does not fit HAMi's {go_type}")
     return value
+
+
+def _json_str(value: Any, name: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {json.dumps(value)[:40]}")
+    return value
+
+
+# encoding/json matches object keys to struct fields case-insensitively; the last match wins.
+_JSON_FIELDS = ("id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health")
+
+
+def _json_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        folded = key.lower() if key.isascii() else key
+        if folded in _JSON_FIELDS:
+            out[folded] = value
+    return out
 
 
 def _device_from_json(entry: Any, pos: int) -> GpuDevice:
     if not isinstance(entry, dict):
         raise ValueError(f"entry {pos} is not an object")
-    uuid = entry.get("id", "")
-    if not isinstance(uuid, str) or not uuid:
+    f = _json_fields(entry)
+    uuid = _json_str(f.get("id"), f"entry {pos}: id")
+    if not uuid:
         raise ValueError(f"entry {pos} has no id")
-    health = entry.get("health", False)  # omitempty: a missing health means false (unhealthy)
-    if not isinstance(health, bool):
-        raise ValueError(f"entry {pos} ({uuid}): health must be a boolean")
-    type_ = entry.get("type", "")
-    mode = entry.get("mode", "") or "hami-core"
-    if not isinstance(type_, str) or not isinstance(mode, str):
-        raise ValueError(f"entry {pos} ({uuid}): type and mode must be strings")
+    where = f"entry {pos} ({uuid[:40]})"
+    health = f.get("health")  # omitempty: a missing (or null) health means false (unhealthy)
+    if health is not None and not isinstance(health, bool):
+        raise ValueError(f"{where}: health must be a boolean")
     return GpuDevice(
         uuid=uuid,
-        index=_as_int(entry.get("index", 0), f"entry {pos} ({uuid}): index"),
-        count=_as_int(entry.get("count", 0), f"entry {pos} ({uuid}): count"),
-        devmem=_as_int(entry.get("devmem", 0), f"entry {pos} ({uuid}): devmem"),
-        devcore=_as_int(entry.get("devcore", 0), f"entry {pos} ({uuid}): devcore"),
-        type=type_,
-        numa=_as_int(entry.get("numa", 0), f"entry {pos} ({uuid}): numa"),
-        mode=mode,
-        health=health,
+        index=_json_int(f.get("index"), f"{where}: index", UINT64, "uint"),
+        count=_not_negative(_json_int(f.get("count"), f"{where}: count", INT32, "int32"), f"{where}: count"),
+        devmem=_not_negative(_json_int(f.get("devmem"), f"{where}: devmem", INT32, "int32"), f"{where}: devmem"),
+        devcore=_not_negative(_json_int(f.get("devcore"), f"{where}: devcore", INT32, "int32"), f"{where}: devcore"),
+        type=_json_str(f.get("type"), f"{where}: type"),
+        numa=_json_int(f.get("numa"), f"{where}: numa", INT64, "int"),
+        mode=_json_str(f.get("mode"), f"{where}: mode") or "hami-core",
+        health=bool(health),
     )
 
 
@@ -139,25 +197,30 @@ def _parse_bool(text: str) -> bool:
 
 
 def _device_from_legacy(fields: list[str], pos: int) -> GpuDevice:
+    # HAMi v2.10.0 DecodeNodeDevices (pkg/device/devices.go): count, memory and cores with
+    # strconv.ParseInt(…, 10, 32), numa and index with strconv.Atoi, a negative index refused.
+    where = f"entry {pos} ({fields[0][:40]})"
     try:
         common = dict(
             uuid=fields[0],
-            count=int(fields[1]),
-            devmem=int(fields[2]),
-            devcore=int(fields[3]),
+            count=_not_negative(go_parse_int(fields[1], 32), "count"),
+            devmem=_not_negative(go_parse_int(fields[2], 32), "devmem"),
+            devcore=_not_negative(go_parse_int(fields[3], 32), "devcore"),
             type=fields[4],
-            numa=int(fields[5]),
+            numa=go_parse_int(fields[5]),
             health=_parse_bool(fields[6]),
         )
     except ValueError as e:
-        raise ValueError(f"entry {pos} ({fields[0][:40]}): {e}") from None
+        raise ValueError(f"{where}: {e}") from None
     if not common["uuid"]:
         raise ValueError(f"entry {pos} has no UUID")
     if len(fields) == 9:
         try:
-            index = int(fields[7])
-        except ValueError:
-            raise ValueError(f"entry {pos} ({fields[0][:40]}): index {fields[7][:20]!r} is not an integer") from None
+            index = go_parse_int(fields[7])
+        except ValueError as e:
+            raise ValueError(f"{where}: index: {e}") from None
+        if index < 0:
+            raise ValueError(f"{where}: index field must not be negative: {index}")
         return GpuDevice(index=index, mode=fields[8] or "hami-core", **common)  # type: ignore[arg-type]
     # The 7-field format has no index; HAMi's decoder defaults it to 0 and mode to hami-core.
     return GpuDevice(index=0, mode="hami-core", **common)  # type: ignore[arg-type]
@@ -186,12 +249,20 @@ def decode_register(value: str | None) -> RegisterDecoding:
             except ValueError as e:
                 skipped.append(str(e))
         return _finish(devices, skipped, "json")
-    devices, skipped = [], []
+    # HAMi's DecodeNodeDevices (pkg/device/devices.go) splits the raw value on ":" and skips only
+    # empty segments; a segment without "," fails the whole node, and one with neither 7 nor 9
+    # fields is dropped silently (the node keeps its other GPUs: said here as the node's problem).
+    if ":" not in value:
+        return RegisterDecoding(format="invalid", error="register annotation is neither JSON nor a ':'-ended list")
+    devices, skipped, dropped = [], [], []
     fmt: RegisterFormat = "legacy-9"
-    for pos, chunk in enumerate(c for c in text.split(":") if c.strip()):
-        fields = chunk.strip().split(",")
+    for pos, chunk in enumerate(c for c in value.split(":") if c):
+        if "," not in chunk:
+            skipped.append(f"malformed segment {chunk[:40]!r}")
+            continue
+        fields = chunk.split(",")
         if len(fields) not in (7, 9):
-            skipped.append(f"entry {pos} has {len(fields)} fields, expected 9 (v2.5-v2.7) or 7 (≤v2.4)")
+            dropped.append(f"entry {pos} has {len(fields)} fields, expected 9 (v2.5-v2.7) or 7 (≤v2.4); HAMi skips it")
             continue
         if len(fields) == 7:
             fmt = "legacy-7"
@@ -199,17 +270,20 @@ def decode_register(value: str | None) -> RegisterDecoding:
             devices.append(_device_from_legacy(fields, pos))
         except ValueError as e:
             skipped.append(str(e))
-    return _finish(devices, skipped, fmt)
+    decoded = _finish(devices, skipped, fmt)
+    if dropped and decoded.error is None:
+        return RegisterDecoding(decoded.devices, decoded.format, "; ".join(dropped[:3]))
+    return decoded
 
 
 def _finish(devices: list[GpuDevice], skipped: list[str], fmt: RegisterFormat) -> RegisterDecoding:
     if skipped:
         # HAMi unmarshals the whole value or nothing (a Go decode error drops every device of the
-        # node), so one unreadable entry makes the node unusable for HAMi: say so, keep the reasons.
+        # node), so one unreadable entry makes the node unusable: say so, keep the reasons.
         n = len(skipped)
         return RegisterDecoding(
             format="invalid",
-            error=f"{n} unreadable entr{'y' if n == 1 else 'ies'} (HAMi ignores the whole node): {skipped[0]}",
+            error=f"{n} unreadable entr{'y' if n == 1 else 'ies'}, so none of the node's GPUs count: {skipped[0]}",
             skipped=tuple(skipped),
         )
     error = None
@@ -284,22 +358,33 @@ def decode_pod_devices(value: str | None) -> PodDevicesDecoding:
     if segments and segments[-1] == "":
         segments = segments[:-1]
     containers: list[tuple[ContainerDevice, ...]] = []
-    errors: list[str] = []
     for ci, seg in enumerate(segments):
         devs: list[ContainerDevice] = []
         for entry in seg.split(":"):
-            if not entry.strip():
-                continue
-            fields = entry.split(",")
-            if len(fields) < 4:
-                errors.append(f"container {ci}: device entry {entry[:60]!r} has {len(fields)} fields, expected 4")
-                continue
+            if "," not in entry:
+                continue  # HAMi's DecodeContainerDevices skips what has no comma
             try:
-                devs.append(ContainerDevice(fields[0].strip(), fields[1], int(fields[2]), int(fields[3])))
-            except ValueError:
-                errors.append(f"container {ci}: device entry {entry[:60]!r} has non-integer memory or cores")
+                devs.append(_container_device(entry))
+            except ValueError as e:
+                # HAMi fails the whole pod (DecodePodDevices) and counts none of its usage
+                # (onAddPod, pkg/scheduler/scheduler.go): neither does hami-place.
+                return PodDevicesDecoding(error=f"container {ci}: device entry {entry[:60]!r}: {e}")
         containers.append(tuple(devs))
-    return PodDevicesDecoding(tuple(containers), "; ".join(errors[:3]) if errors else None)
+    return PodDevicesDecoding(tuple(containers))
+
+
+def _container_device(entry: str) -> ContainerDevice:
+    """``UUID,TYPE,MEM,CORES[,…]`` as HAMi v2.10.0 DecodeContainerDevices reads it (fields as they
+    are, MEM and CORES with strconv.ParseInt(…, 10, 32)); negative figures refused here too."""
+    fields = entry.split(",")
+    if len(fields) < 4:
+        raise ValueError(f"{len(fields)} fields, expected 4")
+    try:
+        mem = _not_negative(go_parse_int(fields[2], 32), "memory")
+        cores = _not_negative(go_parse_int(fields[3], 32), "cores")
+    except ValueError as e:
+        raise ValueError(f"memory or cores: {e}") from None
+    return ContainerDevice(fields[0], fields[1], mem, cores)
 
 
 def encode_pod_devices(containers: list[list[ContainerDevice]] | tuple[tuple[ContainerDevice, ...], ...]) -> str:

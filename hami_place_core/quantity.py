@@ -23,7 +23,13 @@ _SUFFIX = {
     "Pi": Decimal(2**50),
     "Ei": Decimal(2**60),
 }
-_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+# ASCII digits only (re.ASCII): Python's \d would also take other scripts' digits, which
+# apimachinery's parser refuses.
+_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$", re.ASCII)
+# apimachinery caps a quantity at 2^63-1 in magnitude ("Numbers larger ... will be capped",
+# k8s.io/apimachinery/pkg/api/resource/quantity.go); exponents beyond this only overflow.
+_MAX = Decimal(2**63 - 1)
+_MAX_EXPONENT = 40
 
 
 class QuantityError(ValueError):
@@ -44,15 +50,20 @@ def parse_quantity(value: object) -> Decimal:
     try:
         base = Decimal(number)
         if exponent:
-            return base * (Decimal(10) ** int(exponent[1:]))
-        return base * _SUFFIX[suffix or ""]
-    except (InvalidOperation, OverflowError) as e:
+            power = int(exponent[1:]) if len(exponent) < 12 else (1 if exponent[1] != "-" else -1) * 10**12
+            if base == 0 or power < -_MAX_EXPONENT:
+                return Decimal(0) if base == 0 or power < -2 * _MAX_EXPONENT else base.scaleb(power)
+            result = base.scaleb(min(power, _MAX_EXPONENT))
+        else:
+            result = base * _SUFFIX[suffix or ""]
+    except (InvalidOperation, ArithmeticError) as e:
         raise QuantityError(f"{value!r} is out of range") from e
+    return result.copy_sign(base) if abs(result) <= _MAX else _MAX.copy_sign(base)
 
 
 def as_int64(value: object) -> int | None:
     """Go's Quantity.AsInt64: the exact integer value, or None when it is fractional or invalid."""
-    if isinstance(value, str) and value.isdigit() and len(value) < 19:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 19:
         return int(value)  # the common case, without the regex and Decimal
     try:
         q = parse_quantity(value)

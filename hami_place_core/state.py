@@ -122,6 +122,17 @@ class ClusterState:
     def problem_lines(self) -> list[str]:
         return sorted(f"pod {k}: {m}" for k, m in self.problems.items())
 
+    def unreadable_summary(self) -> str:
+        """One line on the nodes and pods whose HAMi data is invalid or inconsistent ("" if none):
+        each is left out or marked, the rest of the cluster is read as usual."""
+        nodes = sum(1 for n in self.nodes.values() if n.error)
+        pods = len(self.problems)
+        if not nodes and not pods:
+            return ""
+        parts = [f"{nodes} node{'s' * (nodes != 1)}"] if nodes else []
+        parts += [f"{pods} pod{'s' * (pods != 1)}"] if pods else []
+        return f"{' and '.join(parts)} with HAMi data that cannot be used as it is (left out or marked; see PROBLEMS)"
+
 
 def _ready(node: Mapping[str, Any]) -> bool:
     for c in (node.get("status") or {}).get("conditions") or ():

@@ -91,6 +91,12 @@ def resolve(spec: TargetSpec, node: NodeState) -> tuple[GpuDevice, ...]:
     """The node's GPUs for the spec, by NVML index; raises TargetError with what is wrong."""
     if not node.parseable:
         raise TargetError(f"node {node.name} has no readable HAMi GPU inventory: {node.error}")
+    if node.error:
+        # A duplicate index or UUID, or an entry HAMi skips: gpu-N (or the pin's UUID) could name
+        # another GPU than the one meant, so nothing on the node is resolved until it is fixed.
+        raise TargetError(
+            f"node {node.name}'s HAMi GPU inventory is inconsistent, so gpu-N is not resolved: {node.error}"
+        )
     if not node.register.has_index:
         raise TargetError(
             f"node {node.name} registers GPUs in the ≤v2.4 format, which has no GPU index, so gpu-N "

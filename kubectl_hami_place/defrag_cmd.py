@@ -120,7 +120,8 @@ def defrag(
     try:
         while done < max_moves:
             current = plan(
-                live_state(kube, selector), replace(base, max_moves=max_moves - done, workload_moves_used=dict(used))
+                live_state(kube, selector, warn=False),
+                replace(base, max_moves=max_moves - done, workload_moves_used=dict(used)),
             )
             if not current.moves:
                 break
@@ -176,7 +177,7 @@ def _summary(kube: Any, start: Any, done: int, selector: str | None) -> None:
     from hami_place_core.fragmentation import cluster_metrics, mix_from_state
     from kubectl_hami_place.inspect_cmd import live_state
 
-    state = live_state(kube, selector)
+    state = live_state(kube, selector, warn=False)
     now = cluster_metrics(state, mix_from_state(state)).total
     click.echo(
         f"done: {done} moves; whole GPUs free {start.before.whole_free} -> {now.whole_free}, "

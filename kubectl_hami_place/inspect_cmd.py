@@ -15,7 +15,7 @@ from hami_place_core.state import ClusterState, build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.options import kube_options, output_option, selector_option
-from kubectl_hami_place.render import heatmap, render_tables, use_color
+from kubectl_hami_place.render import heatmap, render_tables, use_color, warn_unreadable
 
 
 def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -25,13 +25,17 @@ def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, 
     return nodes, pods
 
 
-def live_state(kube: Kube, node_selector: str | None = None) -> ClusterState:
-    """The cluster as HAMi accounts it now, read from the API server (only the selected nodes)."""
+def live_state(kube: Kube, node_selector: str | None = None, warn: bool = True) -> ClusterState:
+    """The cluster as HAMi accounts it now, read from the API server (only the selected nodes);
+    `warn`: say on stderr what could not be read (once per command, not per re-plan)."""
     nodes, pods = load_cluster(kube, node_selector)
     if node_selector:
         names = {n["metadata"]["name"] for n in nodes}
         pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in names]
-    return build_state(nodes, pods)
+    state = build_state(nodes, pods)
+    if warn:
+        warn_unreadable(state)
+    return state
 
 
 def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
@@ -91,6 +95,7 @@ def inspect(
         raw_nodes, raw_pods = load_cluster(kube, selector)
         source = kube.server
     state = build_state(raw_nodes, raw_pods)
+    warn_unreadable(state)
     metrics = cluster_metrics(state, mix_from_state(state))
     names = _select_nodes(state, nodes)
     if nodes:

@@ -104,6 +104,7 @@ def plan(
     from hami_place_core.planning import PlanOptions, SolverUnavailable
     from hami_place_core.planning import plan as make_plan
     from hami_place_core.state import build_state
+    from kubectl_hami_place.render import warn_unreadable
 
     if snapshot:
         from hami_place_core.examples import resolve_snapshot
@@ -125,6 +126,7 @@ def plan(
             raw_pods = [p for p in raw_pods if (p.get("spec") or {}).get("nodeName") in names]
         source = kube.server
     state = build_state(raw_nodes, raw_pods)
+    warn_unreadable(state)
     options = PlanOptions(
         objective=objective,  # type: ignore[arg-type]
         max_moves=max_moves,

@@ -159,7 +159,7 @@ def defrag_for(
             # The room made was enough and the scheduler placed the pod itself on its next try.
             click.echo(f"room made after {done} moves: {placed}")
             return
-        room = make_room(live_state(kube, selector), request, options(done))
+        room = make_room(live_state(kube, selector, warn=False), request, options(done))
         if not room.ok:
             raise UserError(f"after {done} moves the room is gone: {room.reason}")
     click.echo(f"room made after {done} moves: {headline(room)}")

@@ -46,3 +46,35 @@ def admin_token(api: Any) -> str:
                 raise
         _ADMIN[server] = sa_token(api, "default", "reader")
     return _ADMIN[server]
+
+
+def grant_node_read(api: Any, name: str, subjects: list[dict[str, str]], nodes: list[str] | None = None) -> Any:
+    """A ClusterRole and binding letting `subjects` get the named nodes (all nodes: get and list);
+    a placement's author needs it (the webhook answers Forbidden before anything about a node).
+    Returns the function that removes both."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    if nodes is None:
+        rule["verbs"] = ["get", "list"]
+    else:
+        rule["resourceNames"] = nodes
+    # The client takes dicts as well as its models; its stubs say models only.
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})  # type: ignore[arg-type]
+    binding: dict[str, Any] = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": subjects,
+    }
+    rbac.create_cluster_role_binding(binding)  # type: ignore[arg-type]
+
+    def remove() -> None:
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                delete(name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+    return remove

@@ -13,6 +13,7 @@ from hami_place_core import placement as hp
 from testbed.agent_set import create_placement
 from testbed.allocation import start_allocator
 from testbed.placements import get_placement, placement
+from testbed.tokens import grant_node_read
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
 
@@ -334,7 +335,7 @@ def _evict_probe(api, ns, node) -> str:
 
 
 @pytest.mark.hami
-def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig) -> None:
+def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig, request) -> None:
     core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
     apps.create_namespaced_deployment(ans, deployment("victim", replicas=1))
     pod = wait_for("victim pod", lambda: core.list_namespaced_pod(ans, label_selector="app=victim").items, 30)[0]
@@ -355,6 +356,8 @@ def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig) -> No
         },
     )
     alice = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("alice")))
+    user = {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
+    request.addfinalizer(grant_node_read(api, f"alice-nodes-{ans}", [user], [testbed.nodes[0].name]))
     body = placement("move", "move-00001", {"app": "victim"}, testbed.nodes[0].name, ["gpu-0"], evict=pod.metadata.name)
     wait_for("victim cached", lambda: "not found in namespace" not in _alice_probe(alice, ans, body), 20)
     with pytest.raises(ApiException) as e:
@@ -377,7 +380,7 @@ def _alice_probe(alice, ns, body) -> str:
 
 
 @pytest.mark.hami
-def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kubeconfig) -> None:
+def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kubeconfig, request) -> None:
     """A surge changes the workload's replica count: the requester must be allowed to (the scale
     subresource of its Deployment), on top of evicting."""
     core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
@@ -399,6 +402,8 @@ def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kube
         },
     )
     bob = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("bob")))
+    user = {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}
+    request.addfinalizer(grant_node_read(api, f"bob-nodes-{ans}", [user], [testbed.nodes[0].name]))
     body = placement(
         "sv-move", "sv-move-01", {"app": "sv"}, testbed.nodes[0].name, ["gpu-0/10"], evict=pod.metadata.name
     )
@@ -412,3 +417,51 @@ def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kube
     rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]})
     rbac.patch_namespaced_role("movers", ans, {"rules": rules})
     wait_for("bob may surge", lambda: _alice_probe(bob, ans, body) == "", 20)
+
+
+def test_a_user_who_may_not_read_a_node_learns_nothing_about_it(api, ans, testbed, tmp_kubeconfig, request) -> None:
+    """Forbidden before NotFound: without `get` on a node (or `list nodes`), a placement naming it is
+    refused with one answer whether the node exists, has that GPU or has room; with `get` on that
+    one node (resourceNames) the same dry run is judged on the node, and other nodes stay closed."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(
+        ans,
+        {
+            "metadata": {"name": "placer"},
+            "rules": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]}],
+        },
+    )
+    user = {"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}
+    rbac.create_namespaced_role_binding(
+        ans,
+        {
+            "metadata": {"name": "carol"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "placer"},
+            "subjects": [user],
+        },
+    )
+    carol = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("carol")))
+    real, other = testbed.nodes[0].name, testbed.nodes[1].name
+
+    def answer(node: str, gpu: str) -> tuple[int, str]:
+        body = placement("probe", "probe-00001", {"app": "probe"}, node, [gpu])
+        try:
+            carol.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
+            return 201, ""
+        except ApiException as e:
+            return e.status, json.loads(e.body)["message"]
+
+    wait_for("carol may create placements", lambda: answer(real, "gpu-0")[0] == 403, 20)
+    for node, gpu in ((real, "gpu-0"), (real, "gpu-999"), ("no-such-node", "gpu-0")):
+        status, message = answer(node, gpu)
+        assert status == 403, (node, gpu, message)
+        assert message.endswith(
+            f"denied the request: user carol may not get node {node}; a placement targets a node's GPUs, so its "
+            "author must be allowed to read that node"
+        ), message
+        assert "it has" not in message and "not found" not in message
+    request.addfinalizer(grant_node_read(api, f"carol-nodes-{ans}", [user], [real]))
+    wait_for("carol may read one node", lambda: answer(real, "gpu-0")[0] == 201, 20)
+    status, message = answer(real, "gpu-999")
+    assert status == 422 and "has no GPU with index 999" in message, message
+    assert answer(other, "gpu-0")[0] == 403

@@ -274,7 +274,7 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
 def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(live: Live, tmp_path) -> None:
     """The API server, not the agent, authorizes the progress stream: `get services/proxy` on the
     agent Service's proxy port (the chart's progress-reader Role, tests/chart asserts its shape)."""
-    from testbed.tokens import sa_token
+    from testbed.tokens import grant_node_read, sa_token
 
     rbac, apps = client.RbacAuthorizationV1Api(live.api), client.AppsV1Api(live.api)
     rbac.create_namespaced_role(
@@ -310,6 +310,13 @@ def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(liv
             {"metadata": {"name": f"placer-{user}"}, "roleRef": _role_ref("placer"), "subjects": subject},
         )
         kubeconfigs[user] = live.testbed.write_token_kubeconfig(tmp_path / f"{user}.kubeconfig", user, token)
+    # A placement's author must be allowed to read its node (here only this one, by resourceNames).
+    ungrant = grant_node_read(
+        live.api,
+        f"placer-nodes-{live.ns}",
+        [{"kind": "ServiceAccount", "name": u, "namespace": live.ns} for u in ("plain", "reader")],
+        [live.targets[2].name],
+    )
     rbac.create_namespaced_role_binding(
         "kube-system",
         {
@@ -351,6 +358,7 @@ def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(liv
                 assert FALLBACK_NOTE not in err, err
             assert out.rstrip().splitlines()[-1].split()[1] == "Completed", out
     finally:
+        ungrant()
         with contextlib.suppress(Exception):
             rbac.delete_namespaced_role_binding(f"progress-reader-{live.ns}", "kube-system")
         with contextlib.suppress(Exception):

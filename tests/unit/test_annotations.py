@@ -61,14 +61,16 @@ def test_legacy_seven_field_format_has_no_index() -> None:
         (None, "absent", "node has no hami.io/node-nvidia-register annotation"),
         ("", "absent", "node has no hami.io/node-nvidia-register annotation"),
         ("[{", "invalid", "register annotation is not valid JSON"),
-        ('{"id":"x"}', "invalid", "entry 0 has 1 fields"),
-        ('["x"]', "invalid", "1 unreadable entry (HAMi ignores the whole node): entry 0 is not an object"),
+        ('{"id":"x"}', "invalid", "malformed segment '{\"id\"'"),
+        ('["x"]', "invalid", "1 unreadable entry, so none of the node's GPUs count: entry 0 is not an object"),
         ('[{"index":0}]', "invalid", "entry 0 has no id"),
         ('[{"id":"G","index":"0"}]', "invalid", 'entry 0 (G): index must be an integer, got "0"'),
         ('[{"id":"G","health":"yes"}]', "invalid", "entry 0 (G): health must be a boolean"),
-        ("GPU-a,10,x,100,T4,0,true,0,hami-core:", "invalid", "entry 0 (GPU-a): invalid literal"),
+        ("GPU-a,10,x,100,T4,0,true,0,hami-core:", "invalid", "entry 0 (GPU-a): strconv.ParseInt: parsing 'x': invalid"),
         ("GPU-a,10,1,100,T4,0,maybe:", "invalid", "health 'maybe' is not a boolean"),
-        ("a,b,c:", "invalid", "entry 0 has 3 fields, expected 9 (v2.5-v2.7) or 7 (≤v2.4)"),
+        ("a,b,c:", "legacy-9", "entry 0 has 3 fields, expected 9 (v2.5-v2.7) or 7 (≤v2.4); HAMi skips it"),
+        ("nonsense", "invalid", "neither JSON nor a ':'-ended list"),
+        ("GPU-a:", "invalid", "malformed segment 'GPU-a'"),
     ],
 )
 def test_garbage_is_reported_not_raised(value, fmt, error) -> None:
@@ -105,8 +107,8 @@ def test_pod_devices_decode_v210_example() -> None:
 @pytest.mark.parametrize(
     ("value", "error"),
     [
-        ("GPU-a,NVIDIA:;", "container 0: device entry 'GPU-a,NVIDIA' has 2 fields, expected 4"),
-        ("GPU-a,NVIDIA,lots,0:;", "non-integer memory or cores"),
+        ("GPU-a,NVIDIA:;", "container 0: device entry 'GPU-a,NVIDIA': 2 fields, expected 4"),
+        ("GPU-a,NVIDIA,lots,0:;", "memory or cores: strconv.ParseInt: parsing 'lots': invalid syntax"),
     ],
 )
 def test_pod_devices_garbage(value, error) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.node_resources import Resources, node_allocatable, pod_requests
 from hami_place_core.planning import PlanOptions, check_moves, plan
-from hami_place_core.quantity import parse_quantity
+from hami_place_core.quantity import QuantityError, as_int64, parse_quantity, value_ceil
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import build_state, delete_pod, upsert_pod
 
@@ -115,3 +117,25 @@ def test_check_moves_names_the_node_that_lacks_cpu() -> None:
     state.nodes[m.to_node].allocatable = Resources(0, 0, 0)  # the target node fills up meanwhile
     errors = check_moves(state, [m])
     assert any(f"node {m.to_node}: Too many pods, Insufficient cpu (0 free, " in e for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1e400", 2**63 - 1),  # apimachinery caps at 2^63-1; used to overflow the float math
+        ("1e999999999", 2**63 - 1),  # used to raise decimal.Overflow
+        ("9" * 5000, 2**63 - 1),  # used to raise ValueError (Python's int digit limit)
+        ("-1e30", -(2**63 - 1)),
+        ("0e99999999999999", 0),
+        ("2Gi", 2**31),
+    ],
+)
+def test_huge_quantities_are_capped_as_apimachinery_does(value: str, expected: int) -> None:
+    assert value_ceil(value) == expected and as_int64(value) == expected
+
+
+@pytest.mark.parametrize("value", ["١٠", "１０", "1_0", "0x10"])
+def test_quantities_take_ascii_digits_only(value: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(value)
+    assert as_int64(value) is None and value_ceil(value) is None

@@ -107,7 +107,8 @@ def test_bad_pod_annotations_are_problems_not_crashes() -> None:
     elsewhere = hami_pod("elsewhere", "ns", "n9", [("GPU-y", 1, 0)])
     state = build_state(nodes, [bad, ghost, elsewhere])
     assert state.problem_lines() == [
-        "pod ns/bad: container 0: device entry 'GPU-x,NVIDIA,zz,0' has non-integer memory or cores",
+        "pod ns/bad: container 0: device entry 'GPU-x,NVIDIA,zz,0': memory or cores: strconv.ParseInt: "
+        "parsing 'zz': invalid syntax",
         "pod ns/elsewhere: allocated on unknown node n9",
         "pod ns/ghost: GPU GPU-not-there is not registered on node n1",
     ]
