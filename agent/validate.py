@@ -20,14 +20,16 @@ from agent.config import Settings
 from agent.kube import AsyncKube
 from hami_place_core import placement as hp
 from hami_place_core import surge
+from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
+from hami_place_core.planning.constraints import tolerates
 from hami_place_core.problems import Code, Problem, has_code, messages
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
-from hami_place_core.state import pod_allocation
+from hami_place_core.state import NodeState, pod_allocation
 from hami_place_core.targets import TargetError, TargetSpec, resolve
 
 log = logging.getLogger("hami_place.agent.validate")
@@ -287,26 +289,27 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mo
         return []
     targets = p.targets
     matched = matching_pods(cache, p)
+    mover = cache.pod(p.namespace, p.evict_pod)
+    sample = mover or (matched[0] if matched else None)
+    if node.unschedulable and not _tolerates_cordon(sample):
+        # kube-scheduler's NodeUnschedulable filter: the pinned pod would stay Pending (and a
+        # move would have evicted its pod for nothing).
+        return [
+            Problem(
+                Code.NODE_UNSCHEDULABLE,
+                f"node {node.name} is cordoned (spec.unschedulable): no new pod is scheduled there; "
+                f"run kubectl uncordon {node.name} first",
+            )
+        ]
     try:
         gpus = resolve(targets, node)
     except TargetError as e:
         return [Problem(Code.TARGET_UNRESOLVED, str(e))]
-    problems = []
-    for g in gpus:
-        if not g.health:
-            problems.append(Problem(Code.GPU_UNHEALTHY, f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy"))
-        elif g.uuid in node.cordoned:
-            problems.append(
-                Problem(
-                    Code.GPU_CORDONED,
-                    f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)",
-                )
-            )
+    problems = _gpu_problems(node, gpus)
     if problems:
         return problems
     # The usage of the pod being moved does not count against its own target.
     usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
-    mover = cache.pod(p.namespace, p.evict_pod)
     alloc = pod_allocation(mover) if mover else None
     if alloc and alloc.node == node.name and not keep_mover:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
@@ -314,7 +317,6 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mo
                 usage[uuid].used -= slots
                 usage[uuid].usedmem -= mem
                 usage[uuid].usedcores -= cores
-    sample = mover or (matched[0] if matched else None)
     base = pod_request(sample, webhook=True) if sample else None
     if base is None:
         warnings.append(
@@ -385,4 +387,29 @@ def check_evict_pod(cache: ClusterCache, p: Placement) -> list[Problem]:
             )
     except SelectorError as e:
         problems.append(Problem(Code.BAD_SELECTOR, str(e)))
+    return problems
+
+
+_CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+def _tolerates_cordon(pod: dict[str, Any] | None) -> bool:
+    """Whether the pod (the one moved, or one the selector matches) tolerates a cordoned node, as
+    DaemonSet pods do; without a pod to look at, it does not."""
+    tolerations = ((pod or {}).get("spec") or {}).get("tolerations") or ()
+    return any(isinstance(t, dict) and tolerates(t, _CORDON_TAINT) for t in tolerations)
+
+
+def _gpu_problems(node: NodeState, gpus: tuple[GpuDevice, ...]) -> list[Problem]:
+    problems = []
+    for g in gpus:
+        if not g.health:
+            problems.append(Problem(Code.GPU_UNHEALTHY, f"gpu-{g.index} ({g.uuid}) on node {node.name} is unhealthy"))
+        elif g.uuid in node.cordoned:
+            problems.append(
+                Problem(
+                    Code.GPU_CORDONED,
+                    f"gpu-{g.index} ({g.uuid}) on node {node.name} is cordoned (hami.io/device-cordon)",
+                )
+            )
     return problems

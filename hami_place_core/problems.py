@@ -23,6 +23,7 @@ class Code(StrEnum):
     # the target, against the cluster
     NODE_NOT_FOUND = "NodeNotFound"
     NODE_NOT_READY = "NodeNotReady"
+    NODE_UNSCHEDULABLE = "NodeUnschedulable"
     TARGET_UNRESOLVED = "TargetUnresolved"
     GPU_UNHEALTHY = "GpuUnhealthy"
     GPU_CORDONED = "GpuCordoned"

@@ -465,3 +465,31 @@ def test_a_user_who_may_not_read_a_node_learns_nothing_about_it(api, ans, testbe
     status, message = answer(real, "gpu-999")
     assert status == 422 and "has no GPU with index 999" in message, message
     assert answer(other, "gpu-0")[0] == 403
+
+
+def test_a_cordoned_node_is_refused_until_uncordoned(api, ans, testbed, request) -> None:
+    """kube-scheduler places no new pod on a cordoned node, so a pin there would never land (and a
+    move would evict its pod for nothing): refused with the fix, accepted once uncordoned."""
+    from testbed.gpu_nodes import NodeSpec
+
+    core = client.CoreV1Api(api)
+    node = NodeSpec(f"{ans[:50]}-cordon", gpus=2)
+    testbed.add_nodes([node])
+    request.addfinalizer(lambda: core.delete_node(node.name))
+    core.patch_node(node.name, {"spec": {"unschedulable": True}})
+    body = placement("cordoned", "cordoned-01", {"app": "nothing-yet"}, node.name, ["gpu-0"])
+
+    def answer() -> tuple[int, str]:
+        try:
+            custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
+            return 201, ""
+        except ApiException as e:
+            return e.status, json.loads(e.body)["message"]
+
+    _, message = wait_for("the cordon seen", lambda: (a := answer())[0] == 422 and a, 20)
+    assert message.endswith(
+        f"node {node.name} is cordoned (spec.unschedulable): no new pod is scheduled there; "
+        f"run kubectl uncordon {node.name} first"
+    ), message
+    core.patch_node(node.name, {"spec": {"unschedulable": False}})
+    wait_for("accepted once uncordoned", lambda: answer()[0] == 201, 20)
