@@ -19,12 +19,13 @@ def main() -> int:
         print(f"hami-place agent: bad configuration: {e}", file=sys.stderr)
         return 2
     try:
-        ssl = server_context(settings)
+        tls = server_context(settings)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
         print(f"hami-place agent: cannot load TLS files: {e}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
-    app = create_app(settings)
+    app = create_app(settings, tls=tls)
+    ssl = tls.context if tls is not None else None
     common = {"host": settings.host, "ssl": ssl, "single_process": True, "access_log": False, "motd": False}
     app.prepare(port=settings.port, **common)  # type: ignore[arg-type]
     if settings.proxy_port:

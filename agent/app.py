@@ -33,7 +33,7 @@ from agent.events import EventRecorder
 from agent.kube import AsyncKube, load_credentials
 from agent.leader import LeaderElector
 from agent.mutate import PodMutator
-from agent.tls import require_webhook_client
+from agent.tls import ServingTLS, require_webhook_client
 from agent.validate import PlacementValidator
 from agent.validate_policy import PolicyValidator
 from hami_place_core import defrag_policy as dp
@@ -58,7 +58,7 @@ class JsonErrors(ErrorHandler):
         return r.json({"error": "InternalError", "code": 500, "message": str(exception)}, status=500)
 
 
-def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
+def create_app(settings: Settings, name: str = "hami-place-agent", tls: ServingTLS | None = None) -> Sanic:
     app = Sanic(name, error_handler=JsonErrors(), configure_logging=False)
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.ACCESS_LOG = False
@@ -66,6 +66,7 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
     app.config.KEEP_ALIVE_TIMEOUT = 30
     app.ctx.settings = settings
     app.ctx.started = time.monotonic()
+    app.ctx.tls = tls
 
     @app.before_server_start
     async def start(app: Sanic) -> None:
@@ -84,6 +85,9 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
         app.ctx.leader_task = asyncio.create_task(app.ctx.leader.run(), name="leader-election")
         app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
         app.ctx.autopilot_task = None
+        app.ctx.tls_task = None
+        if app.ctx.tls is not None and s.cert_reload_seconds > 0:
+            app.ctx.tls_task = asyncio.create_task(app.ctx.tls.watch(s.cert_reload_seconds), name="tls-reload")
         if s.autopilot_enabled:
             autopilot = Autopilot(s, cache, kube, events, app.ctx.leader)
             app.ctx.autopilot_task = asyncio.create_task(autopilot.run(), name="autopilot")
@@ -91,7 +95,8 @@ def create_app(settings: Settings, name: str = "hami-place-agent") -> Sanic:
 
     @app.after_server_stop
     async def stop(app: Sanic) -> None:
-        tasks = [t for t in (app.ctx.controller_task, app.ctx.leader_task, app.ctx.autopilot_task) if t is not None]
+        running = (app.ctx.controller_task, app.ctx.leader_task, app.ctx.autopilot_task, app.ctx.tls_task)
+        tasks = [t for t in running if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -79,6 +79,8 @@ class Settings:
     # Webhook callers must present a client certificate from this CA (agent/tls.py); empty: off.
     webhook_client_ca_file: str = ""
     webhook_client_names: tuple[str, ...] = ()  # accepted certificate CNs; empty: any from the CA
+    # How often the TLS files are checked for a renewal (agent/tls.py); 0: never (restart to renew).
+    cert_reload_seconds: float = 10.0
     kubeconfig: str = ""  # empty: in-cluster service account
     token_file: str = ""  # optional: read the API token from this file (rotating projected tokens)
     agent_id: str = field(default_factory=socket.gethostname)
@@ -120,6 +122,7 @@ class Settings:
             tls_key_file=_env_str("HAMI_PLACE_TLS_KEY_FILE", ""),
             webhook_client_ca_file=_env_str("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE", ""),
             webhook_client_names=_env_list("HAMI_PLACE_WEBHOOK_CLIENT_NAMES", ""),
+            cert_reload_seconds=_env_float("HAMI_PLACE_CERT_RELOAD_SECONDS", cls.cert_reload_seconds, 0.0),
             kubeconfig=_env_str("HAMI_PLACE_KUBECONFIG", ""),
             token_file=_env_str("HAMI_PLACE_TOKEN_FILE", ""),
             agent_id=_env_str("HAMI_PLACE_AGENT_ID", "") or socket.gethostname(),

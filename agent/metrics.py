@@ -44,6 +44,12 @@ MOVES = Counter(
 )
 LEADER = Gauge("hami_place_leader", "1 while this replica holds the controller lease.", registry=REGISTRY)
 ERRORS = Counter("hami_place_errors_total", "Errors, by kind.", ["kind"], registry=REGISTRY)
+CERT_RELOADS = Counter(
+    "hami_place_certificate_reloads_total",
+    "Serving certificate / webhook client CA files that changed: reloaded, or failed (previous kept).",
+    ["result"],
+    registry=REGISTRY,
+)
 CACHE_SYNCED = Gauge(
     "hami_place_cache_synced", "1 when the informer has finished its first list.", ["resource"], registry=REGISTRY
 )

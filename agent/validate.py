@@ -113,13 +113,15 @@ class PlacementValidator:
             return Verdict(
                 allowed=False, code=503, message="hami-place agent is still syncing its cache; retry shortly"
             )
-        refused = await self._may_read_node(review, p.node)
-        if refused:
-            return Verdict(allowed=False, code=403, reason="Forbidden", message=refused)
         problems: list[Problem] = []
         warnings: list[str] = []
         if p.target_error:
+            # The placement's own shape: said first, and the node is not looked at at all.
             problems.append(Problem(Code.BAD_GPU_DEVICES, p.target_error))
+        else:
+            refused = await self._may_read_node(review, p.node)
+            if refused:
+                return Verdict(allowed=False, code=403, reason="Forbidden", message=refused)
         for other in self.cache.placements_in(p.namespace):
             if other.name != p.name and other.req_id == p.req_id:
                 problems.append(
@@ -128,7 +130,8 @@ class PlacementValidator:
                         f"reqID {p.req_id!r} is already used by placement {other.name} in namespace {p.namespace}",
                     )
                 )
-        problems += check_target(self.cache, p, warnings)
+        if not p.target_error:
+            problems += check_target(self.cache, p, warnings)
         if p.evict_pod:
             problems += await self._move_problems(review, p, problems)
         if problems:

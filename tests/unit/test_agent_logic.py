@@ -400,12 +400,16 @@ def test_webhook_client_ca_is_the_only_trust_root_for_client_certificates(tmp_pa
     crt, key = CertificateAuthority("serving").issue_server(["127.0.0.1"]).write(tmp_path, "tls")
     client_ca = CertificateAuthority("apiserver-webhook-client-ca")
     (tmp_path / "ca.crt").write_bytes(client_ca.cert_pem)
-    plain = server_context(Settings(tls_cert_file=str(crt), tls_key_file=str(key)))
-    assert plain is not None and plain.verify_mode == ssl.CERT_NONE and plain.get_ca_certs() == []
-    enforced = server_context(
+    tls = server_context(Settings(tls_cert_file=str(crt), tls_key_file=str(key)))
+    assert tls is not None
+    plain = tls.current
+    assert plain.verify_mode == ssl.CERT_NONE and plain.get_ca_certs() == []
+    tls = server_context(
         Settings(tls_cert_file=str(crt), tls_key_file=str(key), webhook_client_ca_file=str(tmp_path / "ca.crt"))
     )
-    assert enforced is not None and enforced.verify_mode == ssl.CERT_OPTIONAL
+    assert tls is not None
+    enforced = tls.current
+    assert enforced.verify_mode == ssl.CERT_OPTIONAL
     # exactly our CA: no system roots, whose public certificates would otherwise pass as the API server
     assert [c["subject"] for c in enforced.get_ca_certs()] == [((("commonName", "apiserver-webhook-client-ca"),),)]
     assert server_context(Settings()) is None
@@ -491,3 +495,54 @@ def test_a_missing_policy_crd_stops_the_autopilot_only_not_readiness() -> None:
         assert status["policies"] is False and cache.is_optional("policies")
 
     asyncio.run(go())
+
+
+def _served_by(tls, ca) -> bool:
+    """Whether a TLS client that trusts only `ca` completes a handshake with a listener holding
+    `tls.context` (what the agent's listener holds)."""
+    import socket
+    import ssl
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        try:
+            tls.context.wrap_socket(conn, server_side=True).close()
+        except (ssl.SSLError, OSError):
+            conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    client = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as raw, client.wrap_socket(raw, server_hostname="127.0.0.1"):
+            return True
+    except ssl.SSLError:
+        return False
+    finally:
+        t.join(5)
+        srv.close()
+
+
+def test_serving_certificate_follows_its_files_and_a_half_written_pair_keeps_the_old_one(tmp_path) -> None:
+    from agent import metrics
+    from agent.tls import server_context
+    from testbed.certs import CertificateAuthority
+
+    old_ca, new_ca = CertificateAuthority("old"), CertificateAuthority("new")
+    crt, key = old_ca.issue_server(["127.0.0.1"]).write(tmp_path, "tls")
+    tls = server_context(Settings(tls_cert_file=str(crt), tls_key_file=str(key)))
+    assert tls is not None and _served_by(tls, old_ca) and not _served_by(tls, new_ca)
+    assert tls.reload() is False  # nothing changed
+
+    failed = metrics.CERT_RELOADS.labels(result="failed")._value.get()
+    fresh = new_ca.issue_server(["127.0.0.1"])
+    fresh_crt, fresh_key = fresh.write(tmp_path, "fresh")
+    crt.write_bytes(fresh_crt.read_bytes())  # the certificate first: it does not match the old key
+    assert tls.reload() is False and metrics.CERT_RELOADS.labels(result="failed")._value.get() == failed + 1
+    assert _served_by(tls, old_ca)  # the previous pair still serves
+    key.write_bytes(fresh_key.read_bytes())
+    assert tls.reload() is True and _served_by(tls, new_ca) and not _served_by(tls, old_ca)
