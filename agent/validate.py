@@ -250,7 +250,12 @@ async def may(
             "resourceAttributes": attributes,
         },
     }
-    result = await kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+    try:
+        result = await kube.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+    except kube_errors.KubeError as e:
+        # Not answerable (the agent may not create SubjectAccessReviews, the API server is away):
+        # a denial that says so, never an allowance and never a 500.
+        return False, f"the agent could not ask the API server ({e})"
     status = result.get("status") or {}
     return bool(status.get("allowed")), str(status.get("reason") or "")
 
