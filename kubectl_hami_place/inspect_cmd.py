@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from hami_place_core import annotations as ann
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.fragmentation import ClusterMetrics, cluster_metrics, mix_from_state
 from hami_place_core.snapshot import load_snapshot, make_snapshot
@@ -19,19 +20,28 @@ from kubectl_hami_place.render import heatmap, render_tables, use_color, warn_un
 
 
 def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The nodes (those `node_selector` selects) and the unfinished pods on them; with a selector,
+    pods elsewhere are left out, so other pools' pods are neither counted nor reported."""
     nodes = list(kube.list_all("/api/v1/nodes", labelSelector=node_selector))
     # HAMi ignores finished pods; filtering on the server keeps the transfer small on big clusters.
     pods = list(kube.list_all("/api/v1/pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))
+    if node_selector:
+        names = {(n.get("metadata") or {}).get("name") for n in nodes}
+        pods = [p for p in pods if _node_of(p) in names]
     return nodes, pods
+
+
+def _node_of(pod: dict[str, Any]) -> str | None:
+    # HAMi's vgpu-node stands in for nodeName between its Filter and the bind.
+    return (pod.get("spec") or {}).get("nodeName") or ((pod.get("metadata") or {}).get("annotations") or {}).get(
+        ann.POD_VGPU_NODE
+    )
 
 
 def live_state(kube: Kube, node_selector: str | None = None, warn: bool = True) -> ClusterState:
     """The cluster as HAMi accounts it now, read from the API server (only the selected nodes);
     `warn`: say on stderr what could not be read (once per command, not per re-plan)."""
     nodes, pods = load_cluster(kube, node_selector)
-    if node_selector:
-        names = {n["metadata"]["name"] for n in nodes}
-        pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in names]
     state = build_state(nodes, pods)
     if warn:
         warn_unreadable(state)
@@ -95,13 +105,13 @@ def inspect(
         raw_nodes, raw_pods = load_cluster(kube, selector)
         source = kube.server
     state = build_state(raw_nodes, raw_pods)
-    warn_unreadable(state)
     metrics = cluster_metrics(state, mix_from_state(state))
     names = _select_nodes(state, nodes)
     if nodes:
         keep = set(names)
         raw_nodes = [n for n in raw_nodes if n.get("metadata", {}).get("name") in keep]
         state, metrics = _restrict(state, metrics, keep)
+    warn_unreadable(state)  # about what is shown, once the command is sure to answer
     if output in ("json", "yaml"):
         doc = make_snapshot(raw_nodes, raw_pods, state, metrics, source)
         if output == "json":

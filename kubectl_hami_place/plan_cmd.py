@@ -121,12 +121,8 @@ def plan(
 
         kube = Kube(kubeconfig, context, namespace, all_namespaces, request_timeout)
         raw_nodes, raw_pods = load_cluster(kube, selector)
-        if selector:
-            names = {(n.get("metadata") or {}).get("name") for n in raw_nodes}
-            raw_pods = [p for p in raw_pods if (p.get("spec") or {}).get("nodeName") in names]
         source = kube.server
     state = build_state(raw_nodes, raw_pods)
-    warn_unreadable(state)
     options = PlanOptions(
         objective=objective,  # type: ignore[arg-type]
         max_moves=max_moves,
@@ -142,6 +138,7 @@ def plan(
         result = make_plan(state, options)
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
+    warn_unreadable(state)  # once the command is sure to answer: an error stays one line
     if output == "json":
         click.echo(json.dumps({"source": source, **result.as_dict()}, indent=2))
     elif output == "yaml":
@@ -177,12 +174,14 @@ def _plan_room(
 ) -> None:
     """`plan --for/--for-request`: the fewest moves after which the pod fits; exit 1 when none do."""
     from hami_place_core.planning.make_room import make_room
+    from kubectl_hami_place.render import warn_unreadable
     from kubectl_hami_place.room import headline, no_room, render_room, room_json, room_request
 
     request, _ = room_request(kube, for_pod, for_request)
     room = make_room(state, request, options)
     if not room.ok:
         raise no_room(room)
+    warn_unreadable(state)
     if output == "json":
         click.echo(room_json(room, source))
     elif output == "yaml":

@@ -126,6 +126,7 @@ def defrag_for(
     from hami_place_core.planning.make_room import make_room
     from kubectl_hami_place.defrag_cmd import _describe, execute_move
     from kubectl_hami_place.inspect_cmd import live_state
+    from kubectl_hami_place.render import warn_unreadable
 
     def options(done: int) -> Any:
         return PlanOptions(
@@ -137,9 +138,11 @@ def defrag_for(
 
     request, pod = room_request(kube, pod_name, None)
     assert pod is not None
-    room = make_room(live_state(kube, selector), request, options(0))
+    state = live_state(kube, selector, warn=False)
+    room = make_room(state, request, options(0))
     if not room.ok:
         raise no_room(room)
+    warn_unreadable(state)
     click.echo(headline(room))
     if not do_apply:
         for i, m in enumerate(room.moves, 1):

@@ -114,9 +114,12 @@ def test_garbage_annotation_is_reported_and_other_nodes_still_work(testbed, api,
     manifest["metadata"]["annotations"][ann.NODE_REGISTER] = '[{"id": "GPU-1", "index": "zero"}]'
     client.CoreV1Api(api).create_node(manifest)
     try:
-        code, out, _ = run("inspect", "--kubeconfig", scenario["kubeconfig"], "-l", scenario["selector"])
+        code, out, err = run("inspect", "--kubeconfig", scenario["kubeconfig"], "-l", scenario["selector"])
         assert code == 0
-        assert f"node {broken.name}: 1 unreadable entry (HAMi ignores the whole node): entry 0 (GPU-1): index" in out
+        assert err.startswith("warning: 1 node with HAMi data that cannot be used") and err.count("\n") == 1, err
+        assert (
+            f"node {broken.name}: 1 unreadable entry, so none of the node's GPUs count: entry 0 (GPU-1): index" in out
+        )
         assert f"NODE {scenario['a'].name}" in out and "2 with GPUs, 1 unreadable" in out
     finally:
         client.CoreV1Api(api).delete_node(broken.name)
