@@ -31,6 +31,9 @@ def main() -> int:
     if settings.proxy_port:
         # a second listener in the same process and loop: the service-proxy path (docs/security.md)
         app.prepare(port=settings.proxy_port, **common)  # type: ignore[arg-type]
+    if settings.metrics_port:
+        # plain HTTP for Prometheus: metrics and probes only (agent/app.py refuses the rest there)
+        app.prepare(port=settings.metrics_port, **{**common, "ssl": None})  # type: ignore[arg-type]
     Sanic.serve_single(primary=app)
     return 0
 

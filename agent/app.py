@@ -81,6 +81,7 @@ def create_app(settings: Settings, name: str = "hami-place-agent", tls: ServingT
         app.ctx.authorizer = Authorizer(kube)
         app.ctx.leader = LeaderElector(s, kube)
         app.ctx.controller = PlacementController(s, cache, kube, events, app.ctx.leader)
+        metrics.CLUSTER.attach(cache, s.metrics_pool_label)
         cache.start()
         app.ctx.leader_task = asyncio.create_task(app.ctx.leader.run(), name="leader-election")
         app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
@@ -112,7 +113,15 @@ def create_app(settings: Settings, name: str = "hami-place-agent", tls: ServingT
 # ---- webhooks ---------------------------------------------------------------------------------------
 def via_proxy_port(request: Request) -> bool:
     """Did the request arrive on the read-only listener for the API server's service proxy?"""
-    port = request.app.ctx.settings.proxy_port
+    return _via_port(request, request.app.ctx.settings.proxy_port)
+
+
+def via_metrics_port(request: Request) -> bool:
+    """Did the request arrive on the plain HTTP metrics listener (health and /metrics only)?"""
+    return _via_port(request, request.app.ctx.settings.metrics_port)
+
+
+def _via_port(request: Request, port: int) -> bool:
     info = request.conn_info
     return bool(port) and info is not None and info.server_port == port
 
@@ -125,8 +134,8 @@ def webhooks_bp() -> Blueprint:
     # no-match review rate).
     def main_port_only(request: Request) -> None:
         # Through the service proxy anyone with services/proxy `create` could POST reviews.
-        if via_proxy_port(request):
-            raise Missing(f"{request.path} is not served on the read-only proxy port")
+        if via_proxy_port(request) or via_metrics_port(request):
+            raise Missing(f"{request.path} is not served on this port (the webhooks are on the TLS port)")
         info = request.conn_info
         require_webhook_client(request.app.ctx.settings, request.transport, info.ctx if info is not None else None)
 
@@ -199,9 +208,6 @@ def health_bp() -> Blueprint:
     @bp.get("/metrics")
     async def prometheus(request: Request) -> r.HTTPResponse:
         readiness(request.app)  # refresh the cache gauges
-        cache: ClusterCache = request.app.ctx.cache
-        for inf in cache.sync_status():
-            metrics.CACHE_LISTS.labels(resource=inf.name).set(inf.relists)
         return r.raw(generate_latest(metrics.REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
     return bp
@@ -209,6 +215,8 @@ def health_bp() -> Blueprint:
 
 # ---- REST API ---------------------------------------------------------------------------------------
 async def _caller_may(request: Request, verb: str, namespace: str = "") -> None:
+    if via_metrics_port(request):
+        raise Missing(f"{request.path} is not served on the metrics port (only /metrics, /healthz, /readyz)")
     if via_proxy_port(request):
         # The API server authenticated the user and authorized `get services/proxy` on this
         # Service before forwarding (it strips the user's credentials, so there is nothing to

@@ -74,6 +74,10 @@ class Settings:
     # 0 (the default) turns it off. See docs/security.md: who may reach it is decided by RBAC on
     # services/proxy, and the chart's NetworkPolicy keeps everyone else off this port.
     proxy_port: int = 0
+    # A plain HTTP listener for Prometheus (and the probes): /metrics, /healthz, /readyz only; 0: off.
+    metrics_port: int = 0
+    # The node label whose value names a node's pool in the per-pool gauges ("" : one pool, "all").
+    metrics_pool_label: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
     # Webhook callers must present a client certificate from this CA (agent/tls.py); empty: off.
@@ -118,6 +122,8 @@ class Settings:
             host=_env_str("HAMI_PLACE_HOST", cls.host),
             port=_env_int("HAMI_PLACE_PORT", cls.port, 1),
             proxy_port=_env_int("HAMI_PLACE_PROXY_PORT", cls.proxy_port, 0),
+            metrics_port=_env_int("HAMI_PLACE_METRICS_PORT", cls.metrics_port, 0),
+            metrics_pool_label=_env_str("HAMI_PLACE_METRICS_POOL_LABEL", ""),
             tls_cert_file=_env_str("HAMI_PLACE_TLS_CERT_FILE", ""),
             tls_key_file=_env_str("HAMI_PLACE_TLS_KEY_FILE", ""),
             webhook_client_ca_file=_env_str("HAMI_PLACE_WEBHOOK_CLIENT_CA_FILE", ""),
@@ -168,6 +174,11 @@ class Settings:
             raise ConfigError(f"HAMI_PLACE_LOG_LEVEL={s.log_level!r} must be DEBUG, INFO, WARNING or ERROR")
         if s.proxy_port and s.proxy_port == s.port:
             raise ConfigError(f"HAMI_PLACE_PROXY_PORT={s.proxy_port} must differ from HAMI_PLACE_PORT (or be 0: off)")
+        if s.metrics_port and s.metrics_port in (s.port, s.proxy_port):
+            raise ConfigError(
+                f"HAMI_PLACE_METRICS_PORT={s.metrics_port} must differ from HAMI_PLACE_PORT and HAMI_PLACE_PROXY_PORT "
+                "(or be 0: off)"
+            )
         return s
 
     def namespace_labels(self) -> dict[str, str]:

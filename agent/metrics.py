@@ -1,10 +1,24 @@
-"""Prometheus metrics of the agent, in their own registry (served at /metrics)."""
+"""Prometheus metrics of the agent, in their own registry (served at /metrics, and on the plain
+HTTP metrics port when HAMI_PLACE_METRICS_PORT is set).
+
+Counters and histograms are updated where things happen; the cluster's figures (placements by
+phase, whole free GPUs, stranded capacity and FGD per node pool, the cache's lists) are computed
+from the watch cache when Prometheus scrapes (:class:`ClusterCollector`), so they are never stale
+and cost nothing between scrapes. docs/agent.md has the reference; the chart's Grafana dashboard
+queries only these names (tests/chart/test_dashboard.py)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import time
+from collections import Counter as Tally
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
 
 ADMISSION_SECONDS = Histogram(
     "hami_place_admission_seconds",
@@ -53,11 +67,20 @@ CERT_RELOADS = Counter(
 CACHE_SYNCED = Gauge(
     "hami_place_cache_synced", "1 when the informer has finished its first list.", ["resource"], registry=REGISTRY
 )
-CACHE_LISTS = Gauge(
-    "hami_place_cache_lists",
-    "Full lists done by the watch cache since start (the first, then one per 410 Gone).",
-    ["resource"],
+PHASE_SECONDS = Histogram(
+    "hami_place_phase_seconds",
+    "Time a placement spent in a phase before leaving it, as this replica saw it (a move's steps: "
+    "Evicting, Claimed, ScalingUp, ...).",
+    ["phase"],
     registry=REGISTRY,
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+MOVE_SECONDS = Histogram(
+    "hami_place_move_seconds",
+    "A move from its start (moveStartedAt) to its end, by result (Completed, Failed, Cancelled).",
+    ["result"],
+    registry=REGISTRY,
+    buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
 )
 AUTOPILOT_EVALUATIONS = Counter(
     "hami_place_autopilot_evaluations_total",
@@ -77,3 +100,80 @@ AUTOPILOT_PLAN_MOVES = Gauge(
     ["policy"],
     registry=REGISTRY,
 )
+
+
+class ClusterCollector:
+    """The cluster's figures from the agent's watch cache, computed at scrape time (at most once
+    per `min_interval` seconds: a scrape of a 5,000-node cluster must not cost a planner run)."""
+
+    def __init__(self, min_interval: float = 10.0) -> None:
+        self.cache: Any = None
+        self.pool_label = ""
+        self.min_interval = min_interval
+        self._memo: tuple[float, list[Metric]] | None = None
+
+    def attach(self, cache: Any, pool_label: str) -> None:
+        self.cache, self.pool_label, self._memo = cache, pool_label, None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        if self._memo is None or now - self._memo[0] >= self.min_interval:
+            self._memo = (now, self._families())
+        return iter(self._memo[1])
+
+    def _families(self) -> list[Metric]:
+        from hami_place_core import placement as hp
+
+        phases = GaugeMetricFamily("hami_place_placements", "Placements in the cache, by phase.", labels=["phase"])
+        lists = CounterMetricFamily(
+            "hami_place_cache_lists",
+            "Full lists done by the watch cache since start (the first, then one per 410 Gone).",
+            labels=["resource"],
+        )
+        pools = [
+            GaugeMetricFamily(name, text, labels=["pool"])
+            for name, text in (
+                ("hami_place_gpus_whole_free", "GPUs that can take a whole-GPU request now, per node pool."),
+                ("hami_place_gpus_stranded", "Free GPU capacity no whole-GPU request can use, in GPUs, per node pool."),
+                (
+                    "hami_place_fgd_gpus",
+                    "Fragmentation (FGD) in GPUs the current workload mix cannot use, per node pool.",
+                ),
+                ("hami_place_gpus", "GPUs registered by HAMi, per node pool."),
+            )
+        ]
+        if self.cache is not None:
+            counted = Tally(str(p.phase) for p in self.cache.all_placements())
+            for phase in hp.Phase:
+                phases.add_metric([str(phase)], counted.get(str(phase), 0))
+            for inf in self.cache.sync_status():
+                lists.add_metric([inf.name], inf.relists)
+            if self.cache.ready:
+                for pool, row in self._pools().items():
+                    for family, value in zip(pools, row, strict=True):
+                        family.add_metric([pool], value)
+        return [phases, lists, *pools]
+
+    def _pools(self) -> dict[str, tuple[float, float, float, float]]:
+        from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+
+        state = self.cache.state
+        per_node = cluster_metrics(state, mix_from_state(state)).nodes
+        out: dict[str, list[float]] = {}
+        for name, m in per_node.items():
+            node = state.nodes.get(name)
+            labels = node.labels if node is not None else {}
+            pool = labels.get(self.pool_label, "") if self.pool_label else "all"
+            row = out.setdefault(pool or "none", [0.0, 0.0, 0.0, 0.0])
+            row[0] += m.whole_free
+            row[1] += m.stranded
+            row[2] += m.fgd
+            row[3] += m.gpus
+        return {pool: (row[0], round(row[1], 4), round(row[2], 4), row[3]) for pool, row in out.items()}
+
+
+CLUSTER = ClusterCollector()
+REGISTRY.register(CLUSTER)  # a custom collector: describe() and collect()

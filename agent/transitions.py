@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from agent import metrics
 from agent.cache import ClusterCache
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
+from agent.status import parse_rfc3339
 from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.lifecycle import Note, Observation, Seen, Transition, decide
@@ -55,6 +57,8 @@ class Transitions:
         self.kube = kube
         self.cache = cache
         self.events = events
+        # placement key -> (phase, when this replica wrote it): the time spent in each phase.
+        self._entered: dict[str, tuple[str, float]] = {}
 
     async def apply(
         self, p: Placement, obs: Observation, still: Callable[[Placement, Placement], bool] = same_basis
@@ -113,6 +117,7 @@ class Transitions:
     def _count(self, p: Placement, t: Transition) -> None:
         if t.target != t.source:
             metrics.TRANSITIONS.labels(phase=str(t.target)).inc()
+            self._time_phases(p, t)
         step = _MOVE_STEPS.get(t.seen)
         if t.seen == Seen.ALLOCATED_ON_TARGET and p.evict_pod:
             step = "completed"
@@ -122,6 +127,21 @@ class Transitions:
             metrics.CLAIMS.inc()
         elif t.seen == Seen.LEASE_EXPIRED:
             metrics.LEASE_EXPIRIES.inc()
+
+    def _time_phases(self, p: Placement, t: Transition) -> None:
+        """hami_place_phase_seconds for the phase left (when this replica saw it begin) and, at
+        the end of a move, hami_place_move_seconds from its recorded start (any replica's)."""
+        now = time.monotonic()
+        entered = self._entered.pop(p.key, None)
+        if entered is not None and entered[0] == str(t.source):
+            metrics.PHASE_SECONDS.labels(phase=str(t.source)).observe(now - entered[1])
+        if t.target in hp.TERMINAL:
+            started = parse_rfc3339(t.status.move_started_at)
+            if started is not None:
+                elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+                metrics.MOVE_SECONDS.labels(result=str(t.target)).observe(max(0.0, elapsed))
+        else:
+            self._entered[p.key] = (str(t.target), now)
 
     def _record(self, p: Placement, t: Transition) -> None:
         for note in t.notes:

@@ -51,6 +51,7 @@ class AgentProcess:
         self.name = name
         self.port = free_port()
         self.proxy_port = free_port()  # the read-only service-proxy listener
+        self.metrics_port = free_port()  # plain HTTP: metrics and probes
         self.extra_env = env or {}
         workdir.mkdir(parents=True, exist_ok=True)
         self.cert, self.key = ca.issue_server(["127.0.0.1", "localhost"]).write(workdir, f"{name}-tls")
@@ -66,6 +67,7 @@ class AgentProcess:
             "HAMI_PLACE_HOST": self.host,
             "HAMI_PLACE_PORT": str(self.port),
             "HAMI_PLACE_PROXY_PORT": str(self.proxy_port),
+            "HAMI_PLACE_METRICS_PORT": str(self.metrics_port),
             "HAMI_PLACE_TLS_CERT_FILE": str(self.cert),
             "HAMI_PLACE_TLS_KEY_FILE": str(self.key),
             "HAMI_PLACE_KUBECONFIG": str(self.kubeconfig),

@@ -9,6 +9,7 @@ another test's placements, and always uninstalls.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import secrets
 import subprocess
@@ -518,6 +519,46 @@ def test_progress_proxy_is_fenced_and_its_role_names_one_service_port(testbed, t
     (dep,) = by_kind(default, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["HAMI_PLACE_PROXY_PORT"] == "0"  # off unless asked for
+
+
+def test_metrics_port_service_monitor_and_dashboard(testbed, tmp_path) -> None:
+    docs = render(
+        testbed,
+        tmp_path,
+        "monitoring-ns",
+        "--set",
+        "metrics.serviceMonitor.enabled=true,metrics.dashboard.enabled=true,metrics.poolLabel=gpu-pool",
+        "--set",
+        "networkPolicy.enabled=true,metrics.ingressFrom={10.9.0.0/16}",
+        "--set",
+        "metrics.serviceMonitor.labels.release=kube-prometheus",
+    )
+    (svc,) = by_kind(docs, "Service")
+    assert {"name": "metrics", "port": 8085, "targetPort": "metrics", "protocol": "TCP"} in svc["spec"]["ports"]
+    (dep,) = by_kind(docs, "Deployment")
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 8085, "protocol": "TCP"} in container["ports"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HAMI_PLACE_METRICS_PORT"] == "8085" and env["HAMI_PLACE_METRICS_POOL_LABEL"] == "gpu-pool"
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= svc["metadata"]["labels"].items()  # it selects the agent's Service
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics" and monitor["spec"]["namespaceSelector"] == {
+        "matchNames": ["monitoring-ns"]
+    }
+    (board,) = [c for c in by_kind(docs, "ConfigMap") if c["metadata"]["name"].endswith("-dashboard")]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(board["data"]["hami-place.json"]) == json.loads(
+        (CHART / "dashboards" / "hami-place.json").read_text()
+    )
+    (policy,) = by_kind(docs, "NetworkPolicy")
+    rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8085)
+    assert rule["from"] == [{"ipBlock": {"cidr": "10.9.0.0/16"}}]
+    off = render(testbed, tmp_path, "kube-system", "--set", "metrics.enabled=false")
+    (dep,) = by_kind(off, "Deployment")
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_PLACE_METRICS_PORT"] == "0" and not by_kind(off, "ServiceMonitor")
 
 
 # ---- on the test bed's apiserver --------------------------------------------------------------
