@@ -160,8 +160,11 @@ def placements_of(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
 
 
 def policy_events(api: Any, name: str) -> list[Any]:
+    """The policy's Events, one entry per occurrence: a repeat the recorder aggregated into one
+    Event (its count) is listed as often as it happened, so counting entries counts occurrences."""
     events = client.CoreV1Api(api).list_namespaced_event("default").items
-    return [e for e in events if e.involved_object.kind == dp.KIND and e.involved_object.name == name]
+    mine = [e for e in events if e.involved_object.kind == dp.KIND and e.involved_object.name == name]
+    return [e for e in mine for _ in range(e.count or 1)]
 
 
 # ---- tests ------------------------------------------------------------------------------------------
