@@ -291,7 +291,13 @@ class Autopilot:
             return ""  # created before (an earlier attempt of this same intent)
         except kube_errors.KubeError as e:
             # Refused (e.g. by the validating webhook): the move fails now, with the reason.
-            log.warning("autopilot: placement %s/%s refused: %s", namespace, name, e)
+            log.warning(
+                "autopilot: placement %s/%s refused: %s",
+                namespace,
+                name,
+                e,
+                extra={"policy": policy.name, "placement": f"{namespace}/{name}", "pod": str(flight["pod"])},
+            )
             return f"placement {namespace}/{name} was refused: {e}"[:500]
         self.cache.apply("placements", {"type": "ADDED", "object": created})
         return ""

@@ -18,6 +18,7 @@ from agent.claims import claimable
 from agent.config import Settings
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
+from agent.logs import fields
 from agent.transitions import Transitions
 from hami_place_core import placement as hp
 from hami_place_core.lifecycle import Observation, Seen
@@ -125,6 +126,7 @@ class PodMutator:
                     review.namespace,
                     _pod_label(pod),
                     p.name,
+                    extra=fields(p, pod=f"{review.namespace}/{_pod_label(pod)}"),
                 )
                 continue
             assert claimed.targets is not None and claimed.claim

@@ -19,6 +19,7 @@ from agent import metrics
 from agent.cache import ClusterCache
 from agent.events import EventRecorder
 from agent.kube import AsyncKube
+from agent.logs import fields
 from agent.status import parse_rfc3339
 from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
@@ -88,6 +89,15 @@ class Transitions:
                 continue
             self._count(p, t)
             self._record(updated, t)
+            if t.target != t.source:
+                log.info(
+                    "placement %s: %s -> %s (%s)",
+                    p.key,
+                    t.source,
+                    t.target,
+                    t.status.reason or obs.seen,
+                    extra=fields(updated, phase=str(t.target)),
+                )
             return updated
         return None
 

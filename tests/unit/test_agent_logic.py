@@ -546,3 +546,30 @@ def test_serving_certificate_follows_its_files_and_a_half_written_pair_keeps_the
     assert _served_by(tls, old_ca)  # the previous pair still serves
     key.write_bytes(fresh_key.read_bytes())
     assert tls.reload() is True and _served_by(tls, new_ca) and not _served_by(tls, old_ca)
+
+
+def test_log_lines_about_a_placement_carry_its_fields_as_keys() -> None:
+    import json
+    import logging
+
+    from agent.logs import JsonFormatter, fields
+    from hami_place_core.placement import Placement
+    from testbed.placements import placement
+
+    body = placement("mv", "move-00001", {"app": "web"}, "gpu-node-3", ["gpu-1"], evict="web-1")
+    body["metadata"]["namespace"] = "ml"
+    p = Placement.from_object(body)
+    record = logging.LogRecord("hami_place.agent.transitions", logging.INFO, __file__, 1, "moved %s", ("x",), None)
+    for key, value in fields(p, phase="Evicting").items():
+        setattr(record, key, value)
+    record.secret = "never shown"  # only the known structured keys reach the line
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "moved x"
+    assert {k: line[k] for k in ("placement", "reqID", "node", "pod", "phase")} == {
+        "placement": "ml/mv",
+        "reqID": "move-00001",
+        "node": "gpu-node-3",
+        "pod": "ml/web-1",
+        "phase": "Evicting",
+    }
+    assert "secret" not in line
