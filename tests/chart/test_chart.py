@@ -561,6 +561,22 @@ def test_metrics_port_service_monitor_and_dashboard(testbed, tmp_path) -> None:
     assert env["HAMI_PLACE_METRICS_PORT"] == "0" and not by_kind(off, "ServiceMonitor")
 
 
+@pytest.mark.parametrize(
+    ("version", "conditions"), [("1.25.0", False), ("1.27.9", False), ("1.28.0", True), ("1.31.2", True)]
+)
+def test_older_servers_get_a_chart_they_accept(testbed, tmp_path, version, conditions) -> None:
+    """Chart.yaml's kubeVersion is the true minimum (1.25, the CRDs' CEL rules); the mutating
+    webhook's matchConditions, which API servers before 1.28 refuse, is rendered from 1.28 only."""
+    docs = render(testbed, tmp_path, "kube-system", "--kube-version", version)
+    (mutating,) = by_kind(docs, "MutatingWebhookConfiguration")
+    assert all(("matchConditions" in hook) == conditions for hook in mutating["webhooks"])
+
+
+def test_the_chart_refuses_servers_older_than_its_minimum(testbed, tmp_path) -> None:
+    result = helm(testbed, tmp_path, "template", RELEASE, str(CHART), "--kube-version", "1.24.9", check=False)
+    assert result.returncode != 0 and "incompatible with Kubernetes v1.24.9" in result.stderr, result.stderr
+
+
 # ---- on the test bed's apiserver --------------------------------------------------------------
 
 CERT_MANAGER_KINDS = {"Issuer", "Certificate"}  # no cert-manager CRDs on the test bed: skipped, not faked
