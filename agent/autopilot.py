@@ -47,6 +47,9 @@ CREATED_BY = "hami-place-autopilot"
 # A placement the status names but the cache has not shown yet: the create may still be on its way.
 # After this long the autopilot creates it (again; 409 if it exists) from the recorded intent.
 PLACEMENT_GRACE = dt.timedelta(seconds=30)
+# How long a placement that could not be created for a transient reason (5xx, unreachable, 429) is
+# tried again before the move counts as failed.
+CREATE_RETRY_WINDOW = dt.timedelta(minutes=3)
 TERMINAL: dict[str, str] = {hp.COMPLETED: "Succeeded", hp.FAILED: "Failed", hp.CANCELLED: "Failed"}
 
 
@@ -289,6 +292,21 @@ class Autopilot:
             created = await self.kube.request("POST", hp.placement_path(namespace), body=manifest)
         except kube_errors.Conflict:
             return ""  # created before (an earlier attempt of this same intent)
+        except (kube_errors.ServerError, kube_errors.Unreachable, kube_errors.TooManyRequests) as e:
+            # Not a refusal: the API server could not call a webhook (a replica that just died
+            # with the connection in use), or was away. The intent stays; the placement is created
+            # again once PLACEMENT_GRACE has passed, until CREATE_RETRY_WINDOW says it is a failure.
+            started = dp.parse_time(flight.get("startedAt")) or _now()
+            if _now() - started < CREATE_RETRY_WINDOW:
+                log.warning(
+                    "autopilot: placement %s/%s not created (%s); retrying",
+                    namespace,
+                    name,
+                    e,
+                    extra={"policy": policy.name, "placement": f"{namespace}/{name}"},
+                )
+                return ""
+            return f"placement {namespace}/{name} could not be created: {e}"[:500]
         except kube_errors.KubeError as e:
             # Refused (e.g. by the validating webhook): the move fails now, with the reason.
             log.warning(
