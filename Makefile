@@ -19,7 +19,7 @@ install: $(BIN)/python ## Create .venv and install the package with the agent, d
 
 run: install ## Inspect and plan the shipped example cluster (a replayed real GPU trace): no cluster needed
 	$(BIN)/kubectl-hami_place inspect --snapshot example | tail -n 14
-	$(BIN)/kubectl-hami_place plan --snapshot example --max-moves 250 | sed -e '14,244d'
+	$(BIN)/kubectl-hami_place plan --snapshot example --max-moves 250 --max-rows 20
 
 testbed-build: install ## Build (once) or locate the test-bed binaries: etcd, kube-*, kwok, helm
 	$(BIN)/python -m testbed build

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,14 +15,29 @@ from hami_place_core.snapshot import load_snapshot, make_snapshot
 from hami_place_core.state import ClusterState, build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
-from kubectl_hami_place.options import kube_options, output_option, selector_option
-from kubectl_hami_place.render import heatmap, render_tables, use_color, warn_unreadable
+from kubectl_hami_place.options import kube_options, no_headers_option, output_formats, selector_option
+from kubectl_hami_place.printers import is_structured, print_structured
+from kubectl_hami_place.render import (
+    heatmap,
+    natural_sorted,
+    render_tables,
+    summary_table,
+    use_color,
+    warn_unreadable,
+)
+
+INSPECT_FORMATS = ("table", "wide", "summary", "json", "yaml")
 
 
-def load_cluster(kube: Kube, node_selector: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_cluster(
+    kube: Kube, node_selector: str | None, nodes_read: Callable[[], None] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The nodes (those `node_selector` selects) and the unfinished pods on them; with a selector,
-    pods elsewhere are left out, so other pools' pods are neither counted nor reported."""
+    pods elsewhere are left out, so other pools' pods are neither counted nor reported.
+    `nodes_read` is called once the nodes are read (the credentials work by then)."""
     nodes = list(kube.list_all("/api/v1/nodes", labelSelector=node_selector))
+    if nodes_read is not None:
+        nodes_read()
     # HAMi ignores finished pods; filtering on the server keeps the transfer small on big clusters.
     pods = list(kube.list_all("/api/v1/pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed"))
     if node_selector:
@@ -49,8 +64,10 @@ def live_state(kube: Kube, node_selector: str | None = None, warn: bool = True) 
 
 
 def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
+    """The nodes to show: those named, in the order given (as kubectl get does), or every node with
+    a HAMi GPU inventory (or an unreadable one) in natural order, gpu-node-2 before gpu-node-10."""
     if not names:
-        return sorted(n for n, node in state.nodes.items() if node.devices or node.register.format == "invalid")
+        return natural_sorted(n for n, node in state.nodes.items() if node.devices or node.register.format == "invalid")
     missing = [n for n in names if n not in state.nodes]
     if missing:
         raise UserError(f"node {', '.join(missing)} not found")
@@ -60,7 +77,13 @@ def _select_nodes(state: ClusterState, names: tuple[str, ...]) -> list[str]:
 @click.command()
 @click.argument("nodes", nargs=-1, metavar="[NODE]...")
 @selector_option("Only nodes with these labels (e.g. -l nvidia.com/gpu.product=A100).")
-@output_option
+@output_formats(
+    INSPECT_FORMATS,
+    "Output format: table (a table per node), wide (more columns), summary (one line per node, for large "
+    "clusters), json (a snapshot that --snapshot reads) or yaml.",
+    "{.summary.cluster.wholeFree}",
+)
+@no_headers_option
 @click.option("--heatmap", "show_heatmap", is_flag=True, help="Draw one cell per GPU for the whole cluster.")
 @click.option(
     "--snapshot",
@@ -74,6 +97,7 @@ def inspect(
     nodes: tuple[str, ...],
     selector: str | None,
     output: str,
+    no_headers: bool,
     show_heatmap: bool,
     snapshot: str | None,
     kubeconfig: str | None,
@@ -93,8 +117,12 @@ def inspect(
       kubectl hami-place inspect
       kubectl hami-place inspect gpu-node-1 gpu-node-2 -o wide
       kubectl hami-place inspect -l gpu=on --heatmap
+      kubectl hami-place inspect -o summary --no-headers | sort -k4 -n   # one line per node
+      kubectl hami-place inspect -o jsonpath='{.summary.cluster.wholeFree}'
       kubectl hami-place inspect -o json > snap.json && kubectl hami-place inspect --snapshot snap.json
     """
+    if show_heatmap and output == "summary":
+        raise click.UsageError("--heatmap and -o summary are two views of the cluster: use one")
     if snapshot:
         raw_nodes, raw_pods, meta = load_snapshot(resolve_snapshot(snapshot))
         source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
@@ -112,21 +140,19 @@ def inspect(
         raw_nodes = [n for n in raw_nodes if n.get("metadata", {}).get("name") in keep]
         state, metrics = _restrict(state, metrics, keep)
     warn_unreadable(state)  # about what is shown, once the command is sure to answer
-    if output in ("json", "yaml"):
-        doc = make_snapshot(raw_nodes, raw_pods, state, metrics, source)
-        if output == "json":
-            click.echo(json.dumps(doc, indent=2, sort_keys=False))
-        else:
-            import yaml
-
-            click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    if is_structured(output):
+        print_structured(make_snapshot(raw_nodes, raw_pods, state, metrics, source), output)
         return
     if show_heatmap:
         click.echo(heatmap(state, metrics, names, color=use_color(sys.stdout.isatty())))
         return
     if not names:
         click.echo("no nodes with a HAMi GPU inventory (hami.io/node-nvidia-register) found", err=True)
-    click.echo(render_tables(state, metrics, names, wide=output == "wide"))
+    if output == "summary":
+        if names:
+            click.echo(summary_table(state, metrics, names, headers=not no_headers))
+        return
+    click.echo(render_tables(state, metrics, names, wide=output == "wide", headers=not no_headers))
 
 
 def _restrict(state: ClusterState, metrics: ClusterMetrics, keep: set[str]) -> tuple[ClusterState, ClusterMetrics]:

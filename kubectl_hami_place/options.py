@@ -43,14 +43,67 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
     return value
 
 
-def output_option(fn: F) -> F:
+JSONPATH = "jsonpath="
+
+
+class OutputFormat(click.Choice):
+    """-o/--output: one of the command's formats, or kubectl's `jsonpath=TEMPLATE`, whose template is
+    parsed here so that a bad one is a usage error (exit 2) naming the fault and its column."""
+
+    def __init__(self, formats: tuple[str, ...]) -> None:
+        super().__init__([*formats, f"{JSONPATH}TEMPLATE"])
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.startswith(JSONPATH):
+            from kubectl_hami_place.jsonpath import JsonPathError, parse
+
+            try:
+                parse(value[len(JSONPATH) :])
+            except JsonPathError as e:
+                self.fail(f"jsonpath template {value[len(JSONPATH) :]!r}: {e}", param, ctx)
+            return value
+        if value == "jsonpath":
+            self.fail("jsonpath needs a template: -o jsonpath='{.items[*].metadata.name}'", param, ctx)
+        return super().convert(value, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        names = [c for c in self.choices if not str(c).startswith(JSONPATH)] + [JSONPATH]
+        return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def output_formats(formats: tuple[str, ...], help_text: str, example: str) -> Callable[[F], F]:
+    """-o/--output with these formats plus jsonpath=TEMPLATE (default: the first one); `example` is
+    a template for this command's -o json document."""
     return click.option(
         "-o",
         "--output",
-        type=click.Choice(OUTPUT_FORMATS),
-        default="table",
+        type=OutputFormat(formats),
+        default=formats[0],
         show_default=True,
-        help="Output format: table, wide (more columns), json or yaml.",
+        help=f"{help_text} jsonpath=TEMPLATE: kubectl's JSONPath over what -o json prints "
+        f"(e.g. -o jsonpath='{example}').",
+    )
+
+
+def output_option(fn: F) -> F:
+    return output_formats(
+        OUTPUT_FORMATS, "Output format: table, wide (more columns), json or yaml.", "{.metadata.name}"
+    )(fn)
+
+
+def jsonpath_of(output: str) -> str | None:
+    """The template of `-o jsonpath=TEMPLATE`, None for another format."""
+    return output[len(JSONPATH) :] if output.startswith(JSONPATH) else None
+
+
+def no_headers_option(fn: F) -> F:
+    """kubectl's --no-headers: the table formats without their column-header line."""
+    return click.option(
+        "--no-headers",
+        is_flag=True,
+        help="Don't print the column headers of the table output formats (as kubectl's --no-headers).",
     )(fn)
 
 

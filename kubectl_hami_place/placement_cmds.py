@@ -8,7 +8,6 @@ read back from the agent (or the object).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,15 +65,6 @@ def create_placement(kube: Any, manifest: dict[str, Any], dry_run: str | None) -
     return dict(kube.request("POST", hp.placement_path(ns), query, body=manifest))
 
 
-def _print_object(obj: dict[str, Any], output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(obj, indent=2))
-    else:
-        import yaml
-
-        click.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
-
-
 @contextlib.contextmanager
 def hint_on_interrupt(ns: str, name: str) -> Iterator[None]:
     """From the moment placement ns/name exists: a Ctrl-C says that it stays, and how to follow or
@@ -106,8 +96,10 @@ def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout:
 
 
 def _announce(obj: dict[str, Any], what: str, target: str, dry_run: str | None, output: str) -> None:
-    if output in ("json", "yaml"):
-        _print_object(obj, output)
+    from kubectl_hami_place.printers import is_structured, print_structured
+
+    if is_structured(output):
+        print_structured(obj, output)
         return
     meta, spec = obj["metadata"], obj["spec"]
     ns, name = meta["namespace"], meta["name"]

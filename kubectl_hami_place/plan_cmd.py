@@ -13,9 +13,14 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import kube_options, planner_options, selector_option
+from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
+from kubectl_hami_place.printers import is_structured, print_structured
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
+# -o json's apiVersion and kind: a client-side document (no such object exists in the cluster)
+PLAN_API_VERSION = "scheduling.hami.placement.com/v1"
+PLAN_KIND = "HamiPlacementPlan"
+ROOM_KIND = "HamiRoomPlan"  # plan --for / --for-request
 CREATED_BY = "kubectl-hami-place-plan"
 PLAN_ANNOTATION = "scheduling.hami.placement.com/plan"
 STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
@@ -34,14 +39,18 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
     metavar="N",
     help="Free a GPU only if it takes at most N moves (its pods plus those moved to make room).",
 )
+@output_formats(
+    PLAN_OUTPUTS,
+    "table: the moves and the metrics before and after; json: the plan (kind HamiPlacementPlan, or "
+    "HamiRoomPlan with --for); yaml: one HamiPodPlacement (with evictPod) per move, to apply in order.",
+    "{.moves[*].pod}",
+)
 @click.option(
-    "-o",
-    "--output",
-    type=click.Choice(PLAN_OUTPUTS),
-    default="table",
-    show_default=True,
-    help="table: the moves and the metrics before and after; json: the plan; "
-    "yaml: one HamiPodPlacement (with evictPod) per move, to apply in order.",
+    "--max-rows",
+    type=click.IntRange(min=2),
+    metavar="N",
+    help="Table output: show at most N moves, the first and the last ones, with a line saying how many "
+    "more are in between (default: every move; -o json/yaml always hold every move).",
 )
 @click.option(
     "--snapshot",
@@ -75,6 +84,7 @@ def plan(
     output: str,
     snapshot: str | None,
     selector: str | None,
+    max_rows: int | None,
     kubeconfig: str | None,
     context: str | None,
     namespace: str | None,
@@ -95,101 +105,126 @@ def plan(
     \b
     Examples:
       kubectl hami-place plan --snapshot example
+      kubectl hami-place plan --snapshot example --max-moves 250 --max-rows 20   # first 10, last 10
       kubectl hami-place plan --max-moves 20 --exclude-namespace prod
       kubectl hami-place plan --objective fragmentation -o json
+      kubectl hami-place plan -o jsonpath='{range .moves[*]}{.pod}{" -> "}{.to.node}{"\\n"}{end}'
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
       kubectl hami-place plan --for train-0 -n ml         # the moves after which Pending pod train-0 fits
       kubectl hami-place plan --snapshot example --for-request gpus=8
     """
-    from hami_place_core.planning import PlanOptions, SolverUnavailable
-    from hami_place_core.planning import plan as make_plan
+    from hami_place_core.planning import PlanOptions
     from hami_place_core.state import build_state
+    from kubectl_hami_place.progress import Progress
     from kubectl_hami_place.render import warn_unreadable
 
-    if snapshot:
-        from hami_place_core.examples import resolve_snapshot
-        from hami_place_core.snapshot import load_snapshot
+    if snapshot and selector:
+        raise UserError("-l/--selector cannot be combined with --snapshot")
+    # On a terminal, a progress line on stderr once this takes over a second. From the live
+    # cluster it starts once the nodes are read: an exec plugin may need the terminal to log in.
+    progress = Progress("reading the snapshot" if snapshot else "reading the cluster", started=bool(snapshot))
+    with progress:
+        if snapshot:
+            from hami_place_core.examples import resolve_snapshot
+            from hami_place_core.snapshot import load_snapshot
 
-        if selector:
-            raise UserError("-l/--selector cannot be combined with --snapshot")
-        raw_nodes, raw_pods, meta = load_snapshot(resolve_snapshot(snapshot))
-        source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
-        kube = None
-    else:
-        from kubectl_hami_place.inspect_cmd import load_cluster
-        from kubectl_hami_place.kube import Kube
+            raw_nodes, raw_pods, meta = load_snapshot(resolve_snapshot(snapshot))
+            source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
+            kube = None
+        else:
+            from kubectl_hami_place.inspect_cmd import load_cluster
+            from kubectl_hami_place.kube import Kube
 
-        kube = Kube(kubeconfig, context, namespace, all_namespaces, request_timeout)
-        raw_nodes, raw_pods = load_cluster(kube, selector)
-        source = kube.server
-    state = build_state(raw_nodes, raw_pods)
-    options = PlanOptions(
-        objective=objective,  # type: ignore[arg-type]
-        max_moves=max_moves,
-        excluded_namespaces=frozenset({"kube-system", *excluded}),
-        max_moves_per_workload=max_moves_per_workload,
-        max_moves_per_gpu=max_moves_per_gpu,
-        solver=solver,  # type: ignore[arg-type]
-    )
+            kube = Kube(kubeconfig, context, namespace, all_namespaces, request_timeout)
+            raw_nodes, raw_pods = load_cluster(kube, selector, progress.start)
+            source = kube.server
+        progress.label = "planning"
+        state = build_state(raw_nodes, raw_pods)
+        planned = _compute(
+            state,
+            PlanOptions(
+                objective=objective,  # type: ignore[arg-type]
+                max_moves=max_moves,
+                excluded_namespaces=frozenset({"kube-system", *excluded}),
+                max_moves_per_workload=max_moves_per_workload,
+                max_moves_per_gpu=max_moves_per_gpu,
+                solver=solver,  # type: ignore[arg-type]
+            ),
+            kube,
+            for_pod,
+            for_request,
+        )
     if for_pod or for_request:
-        _plan_room(state, options, source, output, kube, for_pod, for_request, raw_pods)
+        _print_room(planned, state, source, output, kube, raw_pods)
         return
+    warn_unreadable(state)  # once the command is sure to answer: an error stays one line
+    if output == "yaml":
+        _print_manifests(planned, raw_pods, kube)
+    elif is_structured(output):
+        print_structured(plan_doc(planned, source), output)
+    else:
+        click.echo(render_plan(planned, source, max_rows))
+
+
+def _compute(state: Any, options: Any, kube: Any, for_pod: str | None, for_request: str | None) -> Any:
+    """The plan, or with --for/--for-request the room plan (exit 1 when none fits)."""
+    from hami_place_core.planning import SolverUnavailable
+    from hami_place_core.planning import plan as make_plan
+
+    if for_pod or for_request:
+        from hami_place_core.planning.make_room import make_room
+        from kubectl_hami_place.room import no_room, room_request
+
+        request, _ = room_request(kube, for_pod, for_request)
+        room = make_room(state, request, options)
+        if not room.ok:
+            raise no_room(room)
+        return room
     try:
-        result = make_plan(state, options)
+        return make_plan(state, options)
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
-    warn_unreadable(state)  # once the command is sure to answer: an error stays one line
-    if output == "json":
-        click.echo(json.dumps({"source": source, **result.as_dict()}, indent=2))
-    elif output == "yaml":
-        import yaml
-
-        pods = {
-            f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p for p in raw_pods
-        }
-        docs = placements(result, pods, kube)
-        if not docs:
-            click.echo(f"# no moves: {_headline(result)}")
-            return
-        parts = [f"# {_headline(result)}\n# Apply one at a time, in order, each after the one before is Completed."]
-        early = stopping_line(result)
-        if early:
-            parts[0] += f"\n# {early}"
-        for i, (m, doc) in enumerate(zip(result.moves, docs, strict=True), start=1):
-            parts.append(f"---\n# {i}. {describe(m)}\n" + yaml.safe_dump(doc, sort_keys=False).rstrip())
-        click.echo("\n".join(parts))
-    else:
-        click.echo(render_plan(result, source))
 
 
-def _plan_room(
-    state: Any,
-    options: Any,
-    source: str,
-    output: str,
-    kube: Any,
-    for_pod: str | None,
-    for_request: str | None,
-    raw_pods: list[dict[str, Any]],
-) -> None:
-    """`plan --for/--for-request`: the fewest moves after which the pod fits; exit 1 when none do."""
-    from hami_place_core.planning.make_room import make_room
+def plan_doc(result: Any, source: str) -> dict[str, Any]:
+    """-o json (and jsonpath's input): the plan, as a document with kubectl's apiVersion and kind."""
+    return {"apiVersion": PLAN_API_VERSION, "kind": PLAN_KIND, "source": source, **result.as_dict()}
+
+
+def _print_manifests(result: Any, raw_pods: list[dict[str, Any]], kube: Any) -> None:
+    """-o yaml: one HamiPodPlacement per move, in order."""
+    import yaml
+
+    pods = {
+        f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}": p for p in raw_pods
+    }
+    docs = placements(result, pods, kube)
+    if not docs:
+        click.echo(f"# no moves: {_headline(result)}")
+        return
+    parts = [f"# {_headline(result)}\n# Apply one at a time, in order, each after the one before is Completed."]
+    early = stopping_line(result)
+    if early:
+        parts[0] += f"\n# {early}"
+    for i, (m, doc) in enumerate(zip(result.moves, docs, strict=True), start=1):
+        parts.append(f"---\n# {i}. {describe(m)}\n" + yaml.safe_dump(doc, sort_keys=False).rstrip())
+    click.echo("\n".join(parts))
+
+
+def _print_room(room: Any, state: Any, source: str, output: str, kube: Any, raw_pods: list[dict[str, Any]]) -> None:
+    """`plan --for/--for-request`: the fewest moves after which the pod fits."""
     from kubectl_hami_place.render import warn_unreadable
-    from kubectl_hami_place.room import headline, no_room, render_room, room_json, room_request
+    from kubectl_hami_place.room import headline, render_room, room_doc
 
-    request, _ = room_request(kube, for_pod, for_request)
-    room = make_room(state, request, options)
-    if not room.ok:
-        raise no_room(room)
     warn_unreadable(state)
-    if output == "json":
-        click.echo(room_json(room, source))
-    elif output == "yaml":
+    if output == "yaml":
         pods = {f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}": p for p in raw_pods}
         parts = [f"# {headline(room)}\n# Apply one at a time, in order, each after the one before is Completed."]
         for i, (m, doc) in enumerate(zip(room.moves, placements(room, pods, kube), strict=True), start=1):
             parts.append(f"---\n# {i}. {describe(m)}\n" + _yaml(doc))
         click.echo("\n".join(parts))
+    elif is_structured(output):
+        print_structured({"apiVersion": PLAN_API_VERSION, "kind": ROOM_KIND, **room_doc(room, source)}, output)
     else:
         click.echo(render_room(room, source))
 
@@ -228,22 +263,43 @@ def describe(m: Any) -> str:
     return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {','.join(m.gpu_devices)} ({m.reason}{frees}{takes})"
 
 
-def render_plan(result: Any, source: str) -> str:
+def _move_row(i: int, m: Any) -> tuple[object, ...]:
+    return (
+        i,
+        m.pod,
+        f"{m.from_node} {','.join(f'gpu-{g}' for g in m.from_gpus)}",
+        f"{m.to_node} {','.join(m.gpu_devices)}",
+        m.reason + (" (frees it)" if m.frees else "") + (f" (takes {', '.join(m.takes)})" if m.takes else ""),
+    )
+
+
+def moves_table(moves: list[Any], max_rows: int | None = None) -> str:
+    """The moves, one row each; with `max_rows`, a long plan shows its first and last moves and says
+    in a line of its own how many it leaves out between them (never a silent cut)."""
+    from tabulate import tabulate
+
+    numbered = list(enumerate(moves, start=1))
+    if max_rows is None or len(numbered) <= max_rows:
+        head, tail = numbered, []
+    else:
+        head, tail = numbered[: (max_rows + 1) // 2], numbered[len(numbered) - max_rows // 2 :]
+    rows = [_move_row(i, m) for i, m in head + tail]
+    lines = tabulate(rows, headers=["#", "POD", "FROM", "TO", "WHY"], tablefmt="plain", disable_numparse=True)
+    if not tail:
+        return lines
+    out = lines.splitlines()
+    first, last = head[-1][0] + 1, tail[0][0] - 1
+    hidden = last - first + 1
+    cut = f"… {hidden} more move{'s' if hidden != 1 else ''} ({first} to {last}; -o json lists every move) …"
+    return "\n".join([*out[: 1 + len(head)], cut, *out[1 + len(head) :]])
+
+
+def render_plan(result: Any, source: str, max_rows: int | None = None) -> str:
     from tabulate import tabulate
 
     lines = [_headline(result), f"source: {source}", ""]
     if result.moves:
-        rows = [
-            (
-                i,
-                m.pod,
-                f"{m.from_node} {','.join(f'gpu-{g}' for g in m.from_gpus)}",
-                f"{m.to_node} {','.join(m.gpu_devices)}",
-                m.reason + (" (frees it)" if m.frees else "") + (f" (takes {', '.join(m.takes)})" if m.takes else ""),
-            )
-            for i, m in enumerate(result.moves, start=1)
-        ]
-        lines.append(tabulate(rows, headers=["#", "POD", "FROM", "TO", "WHY"], tablefmt="plain", disable_numparse=True))
+        lines.append(moves_table(list(result.moves), max_rows))
         lines.append("")
     else:
         lines.append("no moves: nothing can be freed within the limits")

@@ -17,7 +17,16 @@ import click
 from hami_place_core import defrag_policy as dp
 from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import kube_options, output_option, selector_option, watch_option
+from kubectl_hami_place.options import (
+    OUTPUT_FORMATS,
+    jsonpath_of,
+    kube_options,
+    no_headers_option,
+    output_formats,
+    selector_option,
+    watch_option,
+)
+from kubectl_hami_place.printers import is_structured, object_name, print_structured, structured_text
 from kubectl_hami_place.status_cmd import age
 
 POLICIES_PATH = f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}"
@@ -26,6 +35,7 @@ CRD_MISSING = (
     f"the HamiDefragPolicy CRD ({CRD_NAME}) is not installed in this cluster: "
     "install the hami-place chart, or kubectl apply -f crds/"
 )
+RESOURCE = f"{dp.KIND.lower()}.{dp.GROUP}"  # -o name: hamidefragpolicy.scheduling.hami.placement.com/NAME
 CELL = 60  # a table cell longer than this is cut (-o wide, json and the detail view show it all)
 
 
@@ -94,6 +104,16 @@ def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
     from tabulate import tabulate
 
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
+
+
+def table(items: list[dict[str, Any]], wide: bool, no_headers: bool = False, now: datetime | None = None) -> str:
+    """The policies list: a row per policy, under the column headers unless --no-headers."""
+    return _fmt([row(o, wide, now) for o in items], None if no_headers else headers(wide))
+
+
+def names(items: list[dict[str, Any]]) -> str:
+    """-o name: hamidefragpolicy.scheduling.hami.placement.com/NAME, one per line, as kubectl prints it."""
+    return "\n".join(object_name(RESOURCE, o) for o in items)
 
 
 def _selector_text(sel: object) -> str:
@@ -230,22 +250,19 @@ def _list(kube: Any, query: dict[str, Any]) -> dict[str, Any]:
         raise UserError(CRD_MISSING) from e
 
 
-def _dump(doc: Any, output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        import yaml
-
-        click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
-
-
 @click.command()
 @click.argument("name", required=False)
 @selector_option("Only policies with these labels (e.g. -l team=ml).")
 @watch_option("Watch: after the list, print a row (with NAME: the whole view) each time a policy changes.")
-@output_option
+@output_formats(
+    (*OUTPUT_FORMATS, "name"),
+    "Output format: table, wide (more columns), json or yaml (a flat view with the spec and status), "
+    "name (hamidefragpolicy.scheduling.hami.placement.com/NAME).",
+    "{.items[*].state}",
+)
+@no_headers_option
 @kube_options
-def policies(name: str | None, selector: str | None, watch: bool, output: str, **kw: Any) -> None:
+def policies(name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, **kw: Any) -> None:
     """List the autopilot's HamiDefragPolicies and what they are doing.
 
     Reads the cluster-scoped HamiDefragPolicies from the API server (no agent needed): mode,
@@ -253,7 +270,8 @@ def policies(name: str | None, selector: str | None, watch: bool, output: str, *
     the agent last evaluated each. With NAME: the policy in detail (its triggers, scope, window
     and budgets, the plan's moves, the move in flight, recent moves, pods left out after a
     failed move, conditions). -o wide adds the message; -o json/yaml print a flat view with the
-    spec and status. A policy in mode Apply evicts pods on its own (docs/autopilot.md).
+    spec and status, which -o jsonpath=TEMPLATE reads; -o name prints kubectl's resource/name.
+    A policy in mode Apply evicts pods on its own (docs/autopilot.md).
 
     \b
     Examples:
@@ -261,6 +279,8 @@ def policies(name: str | None, selector: str | None, watch: bool, output: str, *
       kubectl hami-place policies gpu-autopilot
       kubectl hami-place policies gpu-autopilot -w
       kubectl hami-place policies -o json | jq '.items[] | select(.state=="Blocked")'
+      kubectl hami-place policies -o jsonpath='{.items[?(@.state=="Blocked")].name}'
+      kubectl hami-place policies --no-headers | awk '$3 == "Blocked" {print $1}'
     """
     from kubectl_hami_place.kube import Kube
 
@@ -273,26 +293,41 @@ def policies(name: str | None, selector: str | None, watch: bool, output: str, *
     if name and not items:
         raise UserError(f"policy {name} not found")
     if watch:
-        _watch(kube, query, items, listing["metadata"]["resourceVersion"], output, bool(name))
-    elif output in ("json", "yaml"):
+        _watch(kube, query, items, listing["metadata"]["resourceVersion"], output, bool(name), no_headers)
+    elif is_structured(output):
         views = [policy_view(o) for o in items]
-        _dump(views[0] if name else {"items": views, "count": len(views)}, output)
+        print_structured(views[0] if name else {"items": views, "count": len(views)}, output)
+    elif output == "name":
+        if items:
+            click.echo(names(items))
     elif name:
         click.echo(detail(items[0]))
     elif not items:
         click.echo("no HamiDefragPolicies in the cluster", err=True)
     else:
-        click.echo(_fmt([row(o, output == "wide") for o in items], headers(output == "wide")))
+        click.echo(table(items, output == "wide", no_headers))
 
 
-def _watch(kube: Any, query: dict[str, Any], items: list[dict[str, Any]], rv: str, output: str, single: bool) -> None:
-    wide, structured = output == "wide", output in ("json", "yaml")
-    header_shown = False
+def _watch(
+    kube: Any,
+    query: dict[str, Any],
+    items: list[dict[str, Any]],
+    rv: str,
+    output: str,
+    single: bool,
+    no_headers: bool = False,
+) -> None:
+    wide = output == "wide"
+    header_shown = no_headers
 
     def emit(obj: dict[str, Any]) -> None:
         nonlocal header_shown
-        if structured:
+        if output in ("json", "yaml"):
             click.echo(json.dumps(policy_view(obj)))
+        elif jsonpath_of(output) is not None:
+            click.echo(structured_text(policy_view(obj), output))
+        elif output == "name":
+            click.echo(object_name(RESOURCE, obj))
         elif single:
             click.echo(f"--- {datetime.now(UTC).strftime('%H:%M:%S')}\n{detail(obj)}\n")
         else:

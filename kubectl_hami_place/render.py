@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable
 
@@ -11,6 +12,19 @@ from tabulate import tabulate
 from hami_place_core.fit import GpuUsage
 from hami_place_core.fragmentation import ClusterMetrics, NodeMetrics, free_share
 from hami_place_core.state import ClusterState, NodeState
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key putting gpu-node-2 before gpu-node-10: digit runs compare as numbers, the rest as
+    text; names equal as numbers (node-01, node-1) fall back to plain text order."""
+    parts = [(1, int(part)) if part.isdigit() else (0, part) for part in _DIGITS.split(name) if part]
+    return (*parts, (2, name))
+
+
+def natural_sorted(names: Iterable[str]) -> list[str]:
+    return sorted(names, key=natural_key)
 
 
 def _pct(used: int, total: int) -> str:
@@ -55,11 +69,11 @@ def node_header(node: NodeState, m: NodeMetrics | None) -> str:
     return head
 
 
-def node_table(node: NodeState, wide: bool) -> str:
-    headers = ["GPU", "MODEL", "MEMORY GiB", "MEM%", "CORES", "SLOTS", "FREE", "HEALTH", "PODS"]
+def node_table(node: NodeState, wide: bool, headers: bool = True) -> str:
+    head = ["GPU", "MODEL", "MEMORY GiB", "MEM%", "CORES", "SLOTS", "FREE", "HEALTH", "PODS"]
     if wide:
-        headers = ["GPU", "UUID", "MODEL", "NUMA", "MODE", *headers[2:]]
-    rows = []
+        head = ["GPU", "UUID", "MODEL", "NUMA", "MODE", *head[2:]]
+    rows: list[list[object]] = []
     for g in node.devices:
         u: GpuUsage = node.usage[g.uuid]
         row = [
@@ -76,7 +90,12 @@ def node_table(node: NodeState, wide: bool) -> str:
         if wide:
             row = [row[0], g.uuid, row[1], g.numa, g.mode, *row[2:]]
         rows.append(row)
-    return tabulate(rows, headers=headers, tablefmt="plain", disable_numparse=True)
+    return _table(rows, head if headers else None)
+
+
+def _table(rows: list[list[object]], head: list[str] | None) -> str:
+    """tabulate's plain table; without `head`, the same columns with no header line (--no-headers)."""
+    return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
 
 def cluster_table(state: ClusterState, metrics: ClusterMetrics) -> str:
@@ -118,13 +137,15 @@ def problems_text(state: ClusterState, limit: int = 10) -> str:
     return "PROBLEMS\n" + "\n".join(shown)
 
 
-def render_tables(state: ClusterState, metrics: ClusterMetrics, names: Iterable[str], wide: bool) -> str:
+def render_tables(
+    state: ClusterState, metrics: ClusterMetrics, names: Iterable[str], wide: bool, headers: bool = True
+) -> str:
     blocks = []
     for name in names:
         node = state.nodes[name]
         blocks.append(node_header(node, metrics.nodes.get(name)))
         if node.devices:
-            blocks[-1] += "\n" + node_table(node, wide)
+            blocks[-1] += "\n" + node_table(node, wide, headers)
         elif node.error:
             blocks[-1] += f"\n  unreadable GPU inventory: {node.error}"
     blocks.append(cluster_table(state, metrics))
@@ -132,6 +153,27 @@ def render_tables(state: ClusterState, metrics: ClusterMetrics, names: Iterable[
     if probs:
         blocks.append(probs)
     return "\n\n".join(blocks)
+
+
+SUMMARY_HEADERS = ["NODE", "STATUS", "GPUS", "WHOLE-FREE", "IN-USE", "FREE", "STRANDED", "FGD"]
+
+
+def summary_table(state: ClusterState, metrics: ClusterMetrics, names: Iterable[str], headers: bool = True) -> str:
+    """`inspect -o summary`: one line per node, for clusters too large for a table per node. FREE,
+    STRANDED and FGD are in GPUs, as in the node headers; a node whose GPU inventory cannot be
+    read shows "-" (the warning on stderr says why). Every cell is one word, for awk."""
+    rows: list[list[object]] = []
+    for name in names:
+        node, m = state.nodes[name], metrics.nodes.get(name)
+        flags = [f for f, on in (("NotReady", not node.ready), ("SchedulingDisabled", node.unschedulable)) if on]
+        status = ",".join(flags) or "Ready"
+        if m is None:
+            rows.append([name, status, "-", "-", "-", "-", "-", "-"])
+            continue
+        rows.append(
+            [name, status, m.gpus, m.whole_free, m.in_use, f"{m.free:.2f}", f"{m.stranded:.2f}", f"{m.fgd:.2f}"]
+        )
+    return _table(rows, SUMMARY_HEADERS if headers else None)
 
 
 # ---- heatmap ------------------------------------------------------------------------------------
@@ -154,34 +196,78 @@ def use_color(stream_isatty: bool) -> bool:
     return stream_isatty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
+def range_label(first: str, last: str) -> str:
+    """A heatmap row's label, naming every node of the row: `gpu-node-1..8` for gpu-node-1 to
+    gpu-node-8 (names that differ only in their trailing number write the rest once), `a..b`
+    otherwise, or the one node's name."""
+    if first == last:
+        return first
+    shared = next((i for i, (x, y) in enumerate(zip(first, last, strict=False)) if x != y), min(len(first), len(last)))
+    prefix = first[:shared].rstrip("0123456789")
+    a, b = first[len(prefix) :], last[len(prefix) :]
+    if prefix and a.isdigit() and b.isdigit():
+        return f"{first}..{b}"
+    return f"{first}..{last}"
+
+
+def _pack(sizes: list[int], label_w: int, width: int) -> list[list[int]]:
+    """Blocks (by their widths) packed into lines of `width` after a label of `label_w` and two
+    spaces, one space between blocks; a block wider than a line gets a line of its own."""
+    rows: list[list[int]] = []
+    used = width + 1
+    for i, size in enumerate(sizes):
+        if rows and rows[-1] and used + size + 1 <= width:
+            rows[-1].append(i)
+            used += size + 1
+        else:
+            rows.append([i])
+            used = label_w + 2 + size
+    return rows
+
+
 def heatmap(
     state: ClusterState, metrics: ClusterMetrics, names: list[str], color: bool, width: int | None = None
 ) -> str:
-    """One cell per GPU, nodes as blocks packed into lines: 1,000 nodes fit on one screen or two."""
+    """One cell per GPU, nodes as blocks packed into lines in natural order (gpu-node-2 before
+    gpu-node-10): 1,000 nodes fit on one screen or two. Each line is labelled with the range of
+    nodes it shows; when those labels would take more than a third of the line, each label gets
+    a line of its own above its blocks."""
     width = width or shutil.get_terminal_size((120, 40)).columns
-    nodes = [state.nodes[n] for n in names if state.nodes[n].devices]
-    label_w = min(24, max((len(n.name) for n in nodes), default=4))
+    nodes = [state.nodes[n] for n in natural_sorted(dict.fromkeys(names)) if state.nodes[n].devices]
     blocks = []
     for n in nodes:
         cells = [_cell(n, g.uuid) for g in n.devices]
         if color:
             cells = [f"\x1b[{COLORS[c]}m{c}\x1b[0m" for c in cells]
-        blocks.append((n.name, "".join(cells), len(n.devices)))
-    lines = []
-    i = 0
-    while i < len(blocks):
-        line_blocks: list[str] = []
-        used = label_w + 2
-        start = blocks[i][0]
-        while i < len(blocks) and (not line_blocks or used + blocks[i][2] + 1 <= width):
-            line_blocks.append(blocks[i][1])
-            used += blocks[i][2] + 1
-            i += 1
-        lines.append(f"{start[:label_w]:<{label_w}}  " + " ".join(line_blocks))
+        blocks.append("".join(cells))
+    sizes = [len(n.devices) for n in nodes]
+    cap = max(24, width // 3)
+    label_w = min(cap, max((len(n.name) for n in nodes), default=4))
+
+    def layout(label_w: int) -> tuple[list[list[int]], list[str], int]:
+        rows = _pack(sizes, label_w, width)
+        labels = [range_label(nodes[r[0]].name, nodes[r[-1]].name) for r in rows]
+        return rows, labels, max((len(label) for label in labels), default=0)
+
+    rows, labels, need = layout(label_w)
+    for _ in range(8):  # a wider label column packs fewer nodes per line: settles in a step or two
+        if need <= label_w or need > cap:
+            break
+        label_w = need
+        rows, labels, need = layout(label_w)
+    if label_w < need <= cap:  # did not settle: the widest column allowed
+        label_w = cap
+        rows, labels, need = layout(label_w)
+    if need > label_w:  # labels too long for a column: each on a line of its own, above its blocks
+        rows, labels, _ = layout(0)
+        lines = [f"{label}\n  " + " ".join(blocks[i] for i in r) for label, r in zip(labels, rows, strict=True)]
+    else:
+        lines = [f"{label:<{need}}  " + " ".join(blocks[i] for i in r) for label, r in zip(labels, rows, strict=True)]
     t = metrics.total
     legend = (
         f"legend: {SHADES[0]} free  {SHADES[1]} ≤25%  {SHADES[2]} ≤50%  {SHADES[3]} ≤75%  {SHADES[4]} >75% used  "
-        f"{UNHEALTHY} unhealthy/cordoned   (one cell per GPU, one block per node; row label = first node)"
+        f"{UNHEALTHY} unhealthy/cordoned   (one cell per GPU, one block per node; a line's label names its nodes, "
+        "first..last)"
     )
     summary = (
         f"{len(nodes)} nodes, {t.gpus} GPUs: {t.whole_free} whole free, {t.in_use} in use, "

@@ -7,7 +7,6 @@ the room made.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubectl_hami_place.errors import UserError
@@ -82,8 +81,8 @@ def render_room(room: Any, source: str) -> str:
     return "\n".join(lines)
 
 
-def room_json(room: Any, source: str) -> str:
-    return json.dumps({"source": source, **room.as_dict()}, indent=2)
+def room_doc(room: Any, source: str) -> dict[str, Any]:
+    return {"source": source, **room.as_dict()}
 
 
 def no_room(room: Any) -> UserError:

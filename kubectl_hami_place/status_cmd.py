@@ -10,7 +10,18 @@ import click
 
 from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import kube_options, output_option, selector_option, watch_option
+from kubectl_hami_place.options import (
+    OUTPUT_FORMATS,
+    kube_options,
+    no_headers_option,
+    output_formats,
+    selector_option,
+    watch_option,
+)
+from kubectl_hami_place.printers import is_structured, object_name, print_structured, structured_text
+
+# -o name's resource, as kubectl prints it: <kind in lowercase>.<group>
+RESOURCE = "hamipodplacement.scheduling.hami.placement.com"
 
 
 def age(created: str | None, now: datetime | None = None) -> str:
@@ -55,24 +66,43 @@ def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
 
+def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """-o json/yaml: the placements as `kubectl get -o json` prints them, a v1 List of the objects."""
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+
+def names(items: list[dict[str, Any]]) -> str:
+    """-o name: one resource/name per line, as kubectl prints it (no namespace, even with -A)."""
+    return "\n".join(object_name(RESOURCE, o) for o in items)
+
+
 @click.command()
 @click.argument("name", required=False)
 @selector_option("Only placements with these labels (e.g. -l app=web).")
 @watch_option("Watch: after the list, print a row each time a placement changes (with NAME: until it ends).")
-@output_option
+@output_formats(
+    (*OUTPUT_FORMATS, "name"),
+    "Output format: table, wide (more columns), json or yaml (a List of the HamiPodPlacements, as kubectl "
+    "get prints them), name (hamipodplacement.scheduling.hami.placement.com/NAME).",
+    "{.items[*].status.phase}",
+)
+@no_headers_option
 @kube_options
-def status(name: str | None, selector: str | None, watch: bool, output: str, **kw: Any) -> None:
+def status(name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, **kw: Any) -> None:
     """List placements: phase, reason, target, pod and age.
 
     Reads HamiPodPlacements from the API server (no agent needed). -o wide adds the reqID and
-    the message; -o json/yaml prints the same flat view the agent's REST API serves.
+    the message; -o json/yaml print the placements as `kubectl get` does (a v1 List of the
+    objects; with -w, one object per change); -o name and -o jsonpath=TEMPLATE work as in kubectl.
 
     \b
     Examples:
       kubectl hami-place status
       kubectl hami-place status -A -o wide
       kubectl hami-place status web-3fa9c2d1e0 -n ml -w
-      kubectl hami-place status -o json | jq '.items[] | select(.phase=="Failed")'
+      kubectl hami-place status -o json | jq '.items[] | select(.status.phase=="Failed")'
+      kubectl hami-place status -o jsonpath='{range .items[*]}{.metadata.name}{"\\t"}{.status.phase}{"\\n"}{end}'
+      kubectl hami-place status -o name | xargs kubectl describe
     """
     from hami_place_core import placement as hp
     from kubectl_hami_place.kube import Kube
@@ -89,22 +119,20 @@ def status(name: str | None, selector: str | None, watch: bool, output: str, **k
     if name and not items:
         raise UserError(f"placement {ns}/{name} not found")
     wide = output == "wide"
-    if output in ("json", "yaml") and not watch:
-        doc = {"items": [hp.placement_view(hp.Placement.from_object(o)) for o in items], "count": len(items)}
-        if output == "json":
-            click.echo(json.dumps(doc, indent=2))
-        else:
-            import yaml
-
-            click.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+    if not watch and is_structured(output):
+        print_structured(as_list([{"apiVersion": hp.API_VERSION, "kind": hp.KIND, **o} for o in items]), output)
+        return
+    if not items and not watch:
+        click.echo(f"no placements in {'any namespace' if all_ns else f'namespace {ns}'}", err=True)
         return
     if not watch:
-        if not items:
-            click.echo(f"no placements in {'any namespace' if all_ns else f'namespace {ns}'}", err=True)
-            return
-        click.echo(_fmt([row(o, wide, all_ns) for o in items], headers(wide, all_ns)))
+        click.echo(names(items) if output == "name" else table(items, wide, all_ns, no_headers))
         return
-    _watch(kube, path, query, items, listing["metadata"]["resourceVersion"], output, all_ns, bool(name))
+    _watch(kube, path, query, items, listing["metadata"]["resourceVersion"], output, all_ns, bool(name), no_headers)
+
+
+def table(items: list[dict[str, Any]], wide: bool, all_ns: bool, no_headers: bool = False) -> str:
+    return _fmt([row(o, wide, all_ns) for o in items], None if no_headers else headers(wide, all_ns))
 
 
 def _watch(
@@ -116,19 +144,15 @@ def _watch(
     output: str,
     all_ns: bool,
     single: bool,
+    no_headers: bool = False,
 ) -> None:
     from hami_place_core import placement as hp
 
     wide = output == "wide"
-    structured = output in ("json", "yaml")
 
     def emit(obj: dict[str, Any], first: bool = False) -> bool:
-        view = hp.placement_view(hp.Placement.from_object(obj))
-        if structured:
-            click.echo(json.dumps(view))
-        else:
-            click.echo(_fmt([row(obj, wide, all_ns)], headers(wide, all_ns) if first else None))
-        return single and view["phase"] in hp.TERMINAL
+        click.echo(watch_line(obj, output, wide, all_ns, first and not no_headers))
+        return single and hp.Placement.from_object(obj).phase in hp.TERMINAL
 
     for i, obj in enumerate(items):
         if emit(obj, first=i == 0):
@@ -152,3 +176,17 @@ def _watch(
                 header_shown = True
         except kube_errors.Gone:  # too old: list again, print nothing twice
             rv = kube.request("GET", path, {**query, "limit": 1})["metadata"]["resourceVersion"]
+
+
+def watch_line(obj: dict[str, Any], output: str, wide: bool, all_ns: bool, header: bool) -> str:
+    """What -w prints for one placement: the object (one line of JSON with -o json, a YAML document
+    with -o yaml, the template's text with -o jsonpath), its name (-o name), or its table row."""
+    if output == "json":
+        return json.dumps(obj)
+    if output == "yaml":
+        return "---\n" + structured_text(obj, output).rstrip("\n")
+    if is_structured(output):
+        return structured_text(obj, output)
+    if output == "name":
+        return object_name(RESOURCE, obj)
+    return _fmt([row(obj, wide, all_ns)], headers(wide, all_ns) if header else None)

@@ -127,7 +127,9 @@ def test_status_watch_follows_a_placement_to_completed(live: Live) -> None:
     assert rows[0][1] == "Pending" and rows[-1][1] == "Completed", out
     assert len(rows) >= 2 and out.splitlines()[0].split()[:2] == ["NAME", "PHASE"]
     as_json = json.loads(live.run("status", name, "-n", live.ns, "-o", "json").stdout)
-    assert as_json["items"][0]["phase"] == "Completed" and as_json["items"][0]["gpuDevices"] == ["gpu-2/50"]
+    assert as_json["kind"] == "List" and as_json["items"][0]["kind"] == "HamiPodPlacement"
+    placed = as_json["items"][0]
+    assert placed["status"]["phase"] == "Completed" and placed["spec"]["gpuDevices"] == ["gpu-2/50"]
 
 
 def test_cancel_withdraws_a_pending_placement_and_refuses_a_finished_one(live: Live) -> None:
@@ -400,7 +402,7 @@ def test_exec_plugin_and_client_certificate_reach_the_same_answer(live: Live, tm
     assert via_exec.returncode == 0, via_exec.stderr
     via_cert = live.run("status", "-n", live.ns, "-o", "json")
     assert via_cert.returncode == 0, via_cert.stderr
-    names = lambda out: sorted(i["name"] for i in json.loads(out)["items"])  # noqa: E731
+    names = lambda out: sorted(i["metadata"]["name"] for i in json.loads(out)["items"])  # noqa: E731
     assert names(via_exec.stdout) == names(via_cert.stdout)
     assert any(name.startswith("paths-") for name in names(via_cert.stdout))
     kc["users"][0]["user"]["exec"]["command"] = str(tmp_path / "missing-plugin")

@@ -322,5 +322,6 @@ def test_status_watch_lists_again_after_gone(capsys) -> None:
 
     kube = _GoneOnce()
     _watch(kube, "/apis/x/ml/p", {}, [], "10", "json", False, True)
-    printed = [json.loads(line)["phase"] for line in capsys.readouterr().out.splitlines()]
+    # -w -o json: one placement object per line (as kubectl get -w -o json), not the agent's flat view
+    printed = [json.loads(line)["status"]["phase"] for line in capsys.readouterr().out.splitlines()]
     assert printed == ["Pending", "Completed"] and kube.watches == ["10", "20"]

@@ -42,7 +42,14 @@ def test_only_transitions_writes_status() -> None:
     writes.pop(POLICY_WRITER, None)  # a HamiDefragPolicy's status: see the test below
     surge = writes.pop(SURGE_WRITER, [])
     assert surge and all(w.endswith(": PATCH") for w in surge), surge  # scale, pod mark, finalizer: below
+    events = writes.pop("events.py", [])
+    assert all(w.endswith(": PATCH") for w in events), events  # an Event's count (aggregation), see below
     assert set(writes) == {WRITER}, writes
+
+
+def test_the_event_recorder_patches_only_events() -> None:
+    text = (AGENT / "events.py").read_text()
+    assert text.count('"PATCH"') == 1 and 'f"/api/v1/namespaces/{ns}/events/{name}"' in text
 
 
 def test_the_surge_patches_scale_a_pod_and_the_finalizer_never_a_status() -> None:
