@@ -74,6 +74,15 @@ def _wait(fn, timeout: float) -> bool:
     return False
 
 
+def _refused(custom, ns: str, body: dict) -> str:
+    """Create the placement; why the API server refused it ("" when created)."""
+    try:
+        custom.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body)
+        return ""
+    except client.ApiException as e:
+        return f"HTTP {e.status}"
+
+
 def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
     """Every duty of the agent, each with a short deadline; returns the names of those that failed."""
     failed = []
@@ -84,16 +93,10 @@ def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
         code, _ = s.agent.get("/api/v1/placements", admin_token(api))
         if code != 200:
             failed.append(f"REST auth ({code})")
-        try:
-            custom.create_namespaced_custom_object(
-                hp.GROUP,
-                hp.VERSION,
-                ns,
-                hp.PLURAL,
-                placement("pin", "probe-pin-1", {"app": "p"}, target.name, ["gpu-0/10"]),
-            )
-        except client.ApiException as e:  # e.g. without subjectaccessreviews: the node-read check
-            failed.append(f"validate pin (HTTP {e.status})")
+        pin = placement("pin", "probe-pin-1", {"app": "p"}, target.name, ["gpu-0/10"])
+        refused = _refused(custom, ns, pin)  # e.g. without subjectaccessreviews: the node-read check
+        if refused:
+            failed.append(f"validate pin ({refused})")
             return failed
         time.sleep(1)  # let the agent's cache see it
         core.create_namespaced_pod(
@@ -122,16 +125,11 @@ def _probe(api, testbed, s: AgentSet, target: NodeSpec) -> list[str]:
             30,
         )
         victim = core.list_namespaced_pod(ns, label_selector="app=m").items[0].metadata.name
-        try:
-            custom.create_namespaced_custom_object(
-                hp.GROUP,
-                hp.VERSION,
-                ns,
-                hp.PLURAL,
-                placement("mv", "probe-move-1", {"app": "m"}, target.name, ["gpu-1/10"], evict=victim),
-            )
-        except client.ApiException as e:
-            failed.append(f"validate evictPod (HTTP {e.status})")
+        refused = _refused(
+            custom, ns, placement("mv", "probe-move-1", {"app": "m"}, target.name, ["gpu-1/10"], evict=victim)
+        )
+        if refused:
+            failed.append(f"validate evictPod ({refused})")
         else:
             if not _wait(lambda: phase("mv") == "Completed", 20):
                 failed.append(f"move (phase {phase('mv')})")
