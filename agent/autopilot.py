@@ -53,6 +53,13 @@ CREATE_RETRY_WINDOW = dt.timedelta(minutes=3)
 TERMINAL: dict[str, str] = {hp.COMPLETED: "Succeeded", hp.FAILED: "Failed", hp.CANCELLED: "Failed"}
 
 
+def create_retry_open(flight: dict[str, Any], now: dt.datetime) -> bool:
+    """Whether a placement that could not be created for a transient reason is still tried again
+    (CREATE_RETRY_WINDOW from the move's start), rather than failing the move."""
+    started = dp.parse_time(flight.get("startedAt")) or now
+    return now - started < CREATE_RETRY_WINDOW
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
@@ -296,8 +303,7 @@ class Autopilot:
             # Not a refusal: the API server could not call a webhook (a replica that just died
             # with the connection in use), or was away. The intent stays; the placement is created
             # again once PLACEMENT_GRACE has passed, until CREATE_RETRY_WINDOW says it is a failure.
-            started = dp.parse_time(flight.get("startedAt")) or _now()
-            if _now() - started < CREATE_RETRY_WINDOW:
+            if create_retry_open(flight, _now()):
                 log.warning(
                     "autopilot: placement %s/%s not created (%s); retrying",
                     namespace,

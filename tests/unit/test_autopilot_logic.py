@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.autopilot import _record_result, _with, move_placement_name
+from agent.autopilot import _record_result, _with, create_retry_open, move_placement_name
 from agent.autopilot_plan import decide, whole_free_gpus
 from hami_place_core.defrag_policy import parse_policy
 from hami_place_core.state import build_state
@@ -132,3 +132,12 @@ def test_ready_condition_keeps_its_transition_time_while_unchanged() -> None:
     assert later["observedGeneration"] == 4 and later["state"] == "Planned"
     bad = _with(later, NOW + dt.timedelta(minutes=6), obj, "Blocked", "invalid policy: x", ready=False)
     assert bad["conditions"][0]["status"] == "False" and bad["conditions"][0]["reason"] == "InvalidPolicy"
+
+
+def test_a_transient_create_failure_is_retried_for_three_minutes_then_fails_the_move() -> None:
+    def flight(minutes_ago: float) -> dict[str, Any]:
+        return {"startedAt": (NOW - dt.timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    assert create_retry_open(flight(0.5), NOW) and create_retry_open(flight(2.9), NOW)
+    assert not create_retry_open(flight(3.1), NOW)
+    assert create_retry_open({}, NOW)  # no recorded start: counted from now
