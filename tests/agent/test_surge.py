@@ -245,9 +245,10 @@ def test_deleting_a_surge_mid_way_restores_the_count(api, testbed, mover_set) ->
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     apps.create_namespaced_deployment(ns, deployment("del", replicas=1))
     old = wait_for("del Running", lambda: running(core, ns, "app=del"), 60)[0]
-    # A cordoned target: the new pod is pinned there and stays Pending, so the surge waits in Bound.
+    # A target with a taint the pod does not tolerate: the new pod is pinned there and stays
+    # Pending, so the surge waits in Bound. (A cordon would be refused up front: agent/validate.py.)
     target = mover_set.targets[-1]
-    core.patch_node(target.name, {"spec": {"unschedulable": True}})
+    core.patch_node(target.name, {"spec": {"taints": [{"key": "hold", "value": "1", "effect": "NoSchedule"}]}})
     create_placement(api, ns, surge_move("del-mv", "del-surge-1", "del", target.name, ["gpu-3"], old.metadata.name))
     bound = wait_phase(api, ns, "del-mv", ("Bound", "Completed", "Failed"), 60)
     assert bound["phase"] == "Bound" and replicas(apps, ns, "del") == 2, bound
