@@ -121,6 +121,10 @@ class Mover:
         self.transitions = transitions or Transitions(kube, cache, events)
         self.bucket = TokenBucket(settings.eviction_qps, settings.eviction_burst)
         self.surger = Surger(cache, kube, self.transitions)
+        # placement key -> when this replica first acted on its eviction: after a restart or a new
+        # leader, the eviction deadline counts from here at the earliest, so a move is not failed
+        # for the time nobody was trying (the record of attempts lives in the status).
+        self._acting_since: dict[str, dt.datetime] = {}
 
     # ---- limits --------------------------------------------------------------------------------
     def _in_flight(self) -> list[Placement]:
@@ -291,15 +295,18 @@ class Mover:
 
     async def _evict(self, p: Placement, first: bool = False) -> None:
         evict_timeout, _ = _timeouts(p, self.settings)
-        started = parse_rfc3339(p.status.move_started_at) or dt.datetime.now(dt.UTC)
+        now = dt.datetime.now(dt.UTC)
+        recorded = parse_rfc3339(p.status.move_started_at) or now
+        started = max(recorded, self._acting_since.setdefault(p.key, now))
         uid = p.status.evicted_pod_uid or ""
         pod = self.cache.pod(p.namespace, p.evict_pod)
         if pod is None or pod["metadata"].get("uid") != uid or pod["metadata"].get("deletionTimestamp"):
             # The pod we meant is gone or going: the eviction happened (perhaps before a crash).
             await self.transitions.apply(p, Observation(Seen.EVICTED_POD_GONE, attempts=p.status.attempts))
+            self._acting_since.pop(p.key, None)
             return
-        now = dt.datetime.now(dt.UTC)
         if now >= started + dt.timedelta(seconds=evict_timeout):
+            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_DEADLINE, seconds=evict_timeout))
             return
         retry_at = parse_rfc3339(p.status.next_attempt_at)
@@ -324,17 +331,20 @@ class Mover:
         }
         try:
             await self.kube.request("POST", f"/api/v1/namespaces/{p.namespace}/pods/{p.evict_pod}/eviction", body=body)
-        except kube_errors.TooManyRequests as e:
+        except kube_errors.TooManyRequests as e:  # a PDB: retried until the deadline
             metrics.EVICTIONS.labels(result="blocked").inc()
             await self._blocked(p, e, attempts)
             return
         except (kube_errors.NotFound, kube_errors.Conflict):
             # gone, or the name now belongs to a new pod (UID precondition): nothing left to evict
+            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_NOT_FOUND, attempts=attempts))
             return
         except kube_errors.Forbidden as e:
+            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_FORBIDDEN, detail=str(e)))
             return
+        self._acting_since.pop(p.key, None)
         metrics.EVICTIONS.labels(result="accepted").inc()
         failpoint("move.after-evict")
         await self.transitions.apply(p, Observation(Seen.EVICTION_ACCEPTED, attempts=attempts))
