@@ -390,7 +390,12 @@ def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: An
         )
         leader.kill()
         st = status_when(api, "ha", "both moves done by the new leader", lambda x: x.get("movesSucceeded") == 2, 180)
-        assert st.get("movesFailed", 0) == 0, (st.get("recentMoves"), st.get("failedPods"), s.logs()[-4000:])
+        if st.get("movesFailed", 0):
+            print(json.dumps({"recentMoves": st.get("recentMoves"), "failedPods": st.get("failedPods")}, indent=1))
+            for p in placements_of(api, ns, "ha"):
+                print(json.dumps(p.get("status"), indent=1))
+            print(s.logs())  # shown in full under "Captured stdout call"
+        assert st.get("movesFailed", 0) == 0
         made = placements_of(api, ns, "ha")
         pods = [p["spec"]["evictPod"] for p in made]
         assert len(made) == 2 and len(set(pods)) == 2, pods  # one placement, so one eviction, per move

@@ -102,9 +102,12 @@ def test_json_snapshot_round_trips_through_snapshot_flag(scenario, tmp_path) -> 
 def test_heatmap(scenario) -> None:
     code, out, _ = run("inspect", "--kubeconfig", scenario["kubeconfig"], "-l", scenario["selector"], "--heatmap")
     assert code == 0
-    first = out.splitlines()[0]
+    lines = out.splitlines()
+    # the line's label names both nodes (on a line of its own when the names are long)
+    assert lines[0].startswith(f"{scenario['a'].name}..{scenario['b'].name}"), lines[0]
+    cells = next(line for line in lines if "✗" in line)
     # a: GPU0 half used, GPU1 free, GPU2-3 full; b: GPU0 lightly used, GPU1 unhealthy
-    assert first.endswith("▒·██ ░✗")
+    assert cells.endswith("▒·██ ░✗")
     assert "2 nodes, 6 GPUs: 1 whole free" in out
 
 
