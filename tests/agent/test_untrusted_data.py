@@ -151,3 +151,55 @@ def test_hostile_annotations_get_no_500_no_exit_3_no_traceback(
             new = fh.read().decode(errors="replace")
         assert "Traceback" not in new, new[-3000:]
         assert '"code":500' not in new and " 500 " not in new, new[-3000:]
+
+
+def test_the_issue_cases_one_by_one(agents: AgentSet, api: Any, ans: str, testbed: Any) -> None:
+    """Issue 26's reports, each as it was made: a 400-digit allocation (it made cluster-info answer
+    500 and inspect exit 3), a register with devmem 10^400, a register with two GPUs at index 0 (a
+    placement for gpu-0 was accepted) and an index in Arabic-Indic digits (accepted as 10)."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    label = f"{ans[:50]}-cases"
+    gpu = {"count": 10, "devmem": 81920, "devcore": 100, "type": "NVIDIA-A100", "health": True}
+    registers = {
+        "huge-alloc": json.dumps([{"id": "GPU-case-a", "index": 0, **gpu}]),
+        "huge-devmem": json.dumps([{"id": "GPU-case-b", "index": 0, **gpu, "devmem": 10**400}]),
+        "dup-index": json.dumps([{"id": f"GPU-case-c{i}", "index": 0, **gpu} for i in range(2)]),
+        "arabic-index": "GPU-case-d,10,81920,100,NVIDIA-A100,0,true,١٠,hami-core:",
+    }
+    names = {case: f"{ans[:40]}-{case}" for case in registers}
+    try:
+        for case, register in registers.items():
+            core.create_node(fuzz_node(names[case], label, register))
+        core.create_namespaced_pod(
+            ans, fuzz_pod("huge", names["huge-alloc"], "GPU-case-a,NVIDIA," + "9" * 400 + ",100:;", "")
+        )
+        token = admin_token(api)
+
+        def info() -> dict[str, Any] | None:
+            code, body = agents.agent.get("/api/v1/cluster-info", token)
+            assert code == 200, (code, body[:300])
+            doc = json.loads(body)
+            have = {n["name"] for n in doc["nodes"]}
+            return doc if set(names.values()) <= have and any("/huge:" in p for p in doc["problems"]) else None
+
+        doc = wait_for("cluster-info with every case", info, 30)
+        by_name = {n["name"]: n for n in doc["nodes"]}
+        assert "value out of range" in next(p for p in doc["problems"] if f"pod {ans}/huge:" in p)
+        assert "does not fit HAMi's int32" in by_name[names["huge-devmem"]]["error"]
+        assert "duplicate GPU index [0]" in by_name[names["dup-index"]]["error"]
+        assert "parsing '١٠': invalid syntax" in by_name[names["arabic-index"]]["error"]
+        result = cli_run(testbed, "inspect", "-l", f"hami-place-fuzz={label}")
+        assert result.exit_code == 0 and result.stderr.startswith("warning: 3 nodes and 1 pod"), result.stderr
+        for case, expected in (
+            ("dup-index", "inventory is inconsistent, so gpu-N is not resolved: duplicate GPU index [0]"),
+            ("arabic-index", "has no readable HAMi GPU inventory"),
+            ("huge-devmem", "has no readable HAMi GPU inventory"),
+        ):
+            body = placement(f"c-{case}", f"case-{case}"[:20], {"app": "x"}, names[case], ["gpu-0"])
+            with pytest.raises(ApiException) as e:
+                custom.create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
+            assert e.value.status == 422 and expected in json.loads(e.value.body)["message"], e.value.body
+    finally:
+        for name in names.values():
+            with contextlib.suppress(ApiException):
+                core.delete_node(name)
