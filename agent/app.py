@@ -214,7 +214,10 @@ def health_bp() -> Blueprint:
 
 
 # ---- REST API ---------------------------------------------------------------------------------------
-async def _caller_may(request: Request, verb: str, namespace: str = "") -> None:
+async def _caller_may(
+    request: Request, verb: str, namespace: str = "", resources: tuple[tuple[str, str], ...] = ((hp.GROUP, hp.PLURAL),)
+) -> None:
+    """Authenticate the caller and authorize `verb` on each (group, resource) in `namespace`."""
     if via_metrics_port(request):
         raise Missing(f"{request.path} is not served on the metrics port (only /metrics, /healthz, /readyz)")
     if via_proxy_port(request):
@@ -225,7 +228,8 @@ async def _caller_may(request: Request, verb: str, namespace: str = "") -> None:
         return
     authz: Authorizer = request.app.ctx.authorizer
     caller = await authz.authenticate(request.headers.get("authorization"))
-    await authz.authorize(caller, verb, namespace)
+    for group, resource in resources:
+        await authz.authorize(caller, verb, namespace, group, resource)
 
 
 def _require_ready(request: Request) -> ClusterCache:
@@ -240,8 +244,10 @@ def rest_bp() -> Blueprint:
 
     @bp.get("/cluster-info")
     async def cluster_info(request: Request) -> r.HTTPResponse:
-        """Nodes, GPUs, usage, health and fragmentation. 401/403 without RBAC, 503 until synced."""
-        await _caller_may(request, "list")
+        """Nodes, GPUs, usage, health and fragmentation. 401/403 without RBAC, 503 until synced.
+        It is the nodes' and every namespace's pods' data, so the caller must be allowed to list
+        both cluster-wide (as `kubectl hami-place inspect` must), not only placements."""
+        await _caller_may(request, "list", "", (("", "nodes"), ("", "pods")))
         return r.json(views.cluster_info(_require_ready(request)))
 
     @bp.get("/placements")

@@ -32,7 +32,7 @@ class Authorizer:
     def __init__(self, kube: AsyncKube) -> None:
         self.kube = kube
         self._identities: dict[str, tuple[float, Caller]] = {}
-        self._decisions: dict[tuple[str, str, str], tuple[float, bool]] = {}
+        self._decisions: dict[tuple[str, str, str, str, str], tuple[float, bool]] = {}
 
     async def authenticate(self, authorization: str | None) -> Caller:
         if not authorization or not authorization.startswith("Bearer ") or not authorization[7:].strip():
@@ -66,8 +66,11 @@ class Authorizer:
         self._identities[digest] = (time.monotonic(), caller)
         return caller
 
-    async def authorize(self, caller: Caller, verb: str, namespace: str = "") -> None:
-        key = (caller.username + "|" + ",".join(caller.groups), verb, namespace)
+    async def authorize(
+        self, caller: Caller, verb: str, namespace: str = "", group: str = hp.GROUP, resource: str = hp.PLURAL
+    ) -> None:
+        """AccessDenied (403) unless the caller may `verb` `resource` (placements by default) there."""
+        key = (caller.username + "|" + ",".join(caller.groups), verb, namespace, group, resource)
         hit = self._decisions.get(key)
         if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
             allowed = hit[1]
@@ -84,8 +87,8 @@ class Authorizer:
                         "uid": caller.uid,
                         "extra": caller.extra,
                         "resourceAttributes": {
-                            "group": hp.GROUP,
-                            "resource": hp.PLURAL,
+                            "group": group,
+                            "resource": resource,
                             "verb": verb,
                             "namespace": namespace,
                         },
@@ -96,4 +99,5 @@ class Authorizer:
             self._decisions[key] = (time.monotonic(), allowed)
         if not allowed:
             where = f"in namespace {namespace}" if namespace else "cluster-wide"
-            raise AccessDenied(f"user {caller.username} may not {verb} {hp.PLURAL}.{hp.GROUP} {where}")
+            what = f"{resource}.{group}" if group else resource
+            raise AccessDenied(f"user {caller.username} may not {verb} {what} {where}")

@@ -172,6 +172,65 @@ def test_rest_api_requires_a_token_and_rbac(api, agents, ans) -> None:
     assert code == 200 and "items" in json.loads(body)
 
 
+def test_cluster_info_needs_list_on_nodes_and_pods_cluster_wide(api, agents, ans) -> None:
+    """The layout is the nodes' and every namespace's pods' data: who may list placements but not
+    nodes and pods (as `inspect` reads them) gets 403 naming what is missing."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    grants = {
+        "placements-only": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["list"]}],
+        "no-pods": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+        "nodes-and-pods": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}],
+    }
+    expected = {
+        "placements-only": (403, "may not list nodes cluster-wide"),
+        "no-pods": (403, "may not list pods cluster-wide"),
+        "nodes-and-pods": (200, ""),
+    }
+    names = []
+    try:
+        for sa, rules in grants.items():
+            name = f"{ans}-{sa}"[:63]
+            names.append(name)
+            rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
+            subject = {"kind": "ServiceAccount", "name": sa, "namespace": ans}
+            rbac.create_cluster_role_binding(
+                {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": [subject],
+                }
+            )
+        authz = client.AuthorizationV1Api(api)
+
+        def bound(sa: str) -> bool:  # the API server's authorizer sees the binding (the agent caches answers)
+            first = grants[sa][0]
+            review = {
+                "spec": {
+                    "user": f"system:serviceaccount:{ans}:{sa}",
+                    "resourceAttributes": {
+                        "group": first["apiGroups"][0],
+                        "resource": first["resources"][0],
+                        "verb": "list",
+                    },
+                }
+            }
+            return bool(authz.create_subject_access_review(review).status.allowed)
+
+        for sa in grants:
+            wait_for(f"{sa}'s binding in effect", lambda sa=sa: bound(sa), 20)
+        for sa, (status, message) in expected.items():
+            code, body = agents.agent.get("/api/v1/cluster-info", sa_token(api, ans, sa))
+            assert code == status, (sa, code, body[:300])
+            if message:
+                assert json.loads(body)["message"] == f"user system:serviceaccount:{ans}:{sa} {message}"
+        code, _ = agents.agent.get("/api/v1/placements", sa_token(api, ans, "placements-only"))
+        assert code == 200  # the placements API asks for placements, as before
+    finally:
+        for name in names:
+            rbac.delete_cluster_role_binding(name)
+            rbac.delete_cluster_role(name)
+
+
 def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents) -> None:
     a = agents.agent
     ctx = a.webhook_ssl_context()  # as the API server calls it: with its client certificate
