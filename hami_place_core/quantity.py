@@ -50,15 +50,15 @@ def parse_quantity(value: object) -> Decimal:
     try:
         base = Decimal(number)
         if exponent:
-            power = int(exponent[1:]) if len(exponent) < 12 else (1 if exponent[1] != "-" else -1) * 10**12
-            if base == 0 or power < -_MAX_EXPONENT:
-                return Decimal(0) if base == 0 or power < -2 * _MAX_EXPONENT else base.scaleb(power)
-            result = base.scaleb(min(power, _MAX_EXPONENT))
+            # Clamped before use: 1e999999999 must not ask Decimal (or int()) for a billion digits.
+            digits = exponent[1:].lstrip("+-")
+            power = (int(digits) if len(digits) <= 6 else 10**6) * (-1 if exponent[1] == "-" else 1)
+            result = base.scaleb(max(-_MAX_EXPONENT, min(power, _MAX_EXPONENT)))
         else:
             result = base * _SUFFIX[suffix or ""]
     except (InvalidOperation, ArithmeticError) as e:
         raise QuantityError(f"{value!r} is out of range") from e
-    return result.copy_sign(base) if abs(result) <= _MAX else _MAX.copy_sign(base)
+    return result if abs(result) <= _MAX else _MAX.copy_sign(base)
 
 
 def as_int64(value: object) -> int | None:

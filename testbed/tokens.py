@@ -48,20 +48,33 @@ def admin_token(api: Any) -> str:
     return _ADMIN[server]
 
 
-def grant_node_read(api: Any, name: str, subjects: list[dict[str, str]], nodes: list[str] | None = None) -> Any:
-    """A ClusterRole and binding letting `subjects` get the named nodes (all nodes: get and list);
-    a placement's author needs it (the webhook answers Forbidden before anything about a node).
+def user(name: str) -> dict[str, str]:
+    """An RBAC subject for a test user (the test bed's client certificates, tmp_kubeconfig)."""
+    return {"kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def bind_role(api: Any, namespace: str, name: str, subjects: list[dict[str, str]], rules: list[dict[str, Any]]) -> None:
+    """A Role with `rules` in `namespace`, bound to `subjects` (both named `name`; deleted with the namespace)."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    # The client takes dicts as well as its models; its stubs say models only.
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})  # type: ignore[arg-type]
+    binding: dict[str, Any] = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": subjects,
+    }
+    rbac.create_namespaced_role_binding(namespace, binding)  # type: ignore[arg-type]
+
+
+def grant_cluster(api: Any, name: str, subjects: list[dict[str, str]], rules: list[dict[str, Any]]) -> Any:
+    """A ClusterRole with `rules` and a ClusterRoleBinding to `subjects`, both named `name`.
     Returns the function that removes both."""
     from kubernetes import client
 
     rbac = client.RbacAuthorizationV1Api(api)
-    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
-    if nodes is None:
-        rule["verbs"] = ["get", "list"]
-    else:
-        rule["resourceNames"] = nodes
-    # The client takes dicts as well as its models; its stubs say models only.
-    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})  # type: ignore[arg-type]
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})  # type: ignore[arg-type]
     binding: dict[str, Any] = {
         "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
@@ -78,3 +91,14 @@ def grant_node_read(api: Any, name: str, subjects: list[dict[str, str]], nodes: 
                     raise
 
     return remove
+
+
+def grant_node_read(api: Any, name: str, subjects: list[dict[str, str]], nodes: list[str] | None = None) -> Any:
+    """Let `subjects` get the named nodes (all nodes: get and list); a placement's author needs it
+    (the webhook answers Forbidden before anything about a node). Returns the removal."""
+    rule: dict[str, Any] = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    if nodes is None:
+        rule["verbs"] = ["get", "list"]
+    else:
+        rule["resourceNames"] = nodes
+    return grant_cluster(api, name, subjects, [rule])

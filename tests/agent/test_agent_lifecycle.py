@@ -16,7 +16,7 @@ from hami_place_core import placement as hp
 from testbed.agent_set import AgentSet, create_placement
 from testbed.crd import install_crd
 from testbed.placements import placement
-from testbed.tokens import admin_token, sa_token
+from testbed.tokens import admin_token, grant_cluster, sa_token
 from testbed.waiting import wait_for
 from testbed.webhook_server import WebhookServer
 
@@ -175,7 +175,6 @@ def test_rest_api_requires_a_token_and_rbac(api, agents, ans) -> None:
 def test_cluster_info_needs_list_on_nodes_and_pods_cluster_wide(api, agents, ans) -> None:
     """The layout is the nodes' and every namespace's pods' data: who may list placements but not
     nodes and pods (as `inspect` reads them) gets 403 naming what is missing."""
-    rbac = client.RbacAuthorizationV1Api(api)
     grants = {
         "placements-only": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["list"]}],
         "no-pods": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
@@ -186,20 +185,11 @@ def test_cluster_info_needs_list_on_nodes_and_pods_cluster_wide(api, agents, ans
         "no-pods": (403, "may not list pods cluster-wide"),
         "nodes-and-pods": (200, ""),
     }
-    names = []
+    removals = []
     try:
         for sa, rules in grants.items():
-            name = f"{ans}-{sa}"[:63]
-            names.append(name)
-            rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
             subject = {"kind": "ServiceAccount", "name": sa, "namespace": ans}
-            rbac.create_cluster_role_binding(
-                {
-                    "metadata": {"name": name},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                    "subjects": [subject],
-                }
-            )
+            removals.append(grant_cluster(api, f"{ans}-{sa}"[:63], [subject], rules))
         authz = client.AuthorizationV1Api(api)
 
         def bound(sa: str) -> bool:  # the API server's authorizer sees the binding (the agent caches answers)
@@ -226,9 +216,8 @@ def test_cluster_info_needs_list_on_nodes_and_pods_cluster_wide(api, agents, ans
         code, _ = agents.agent.get("/api/v1/placements", sa_token(api, ans, "placements-only"))
         assert code == 200  # the placements API asks for placements, as before
     finally:
-        for name in names:
-            rbac.delete_cluster_role_binding(name)
-            rbac.delete_cluster_role(name)
+        for remove in removals:
+            remove()
 
 
 def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents) -> None:

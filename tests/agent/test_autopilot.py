@@ -476,7 +476,7 @@ def test_a_pending_two_gpu_pod_gets_room_made_and_runs_on_the_named_gpus(pool: d
 def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet, api: Any, testbed: Any) -> None:
     """Nobody can evict through the autopilot a pod they could not evict themselves: creating a
     policy is refused unless its author may create pods/eviction in every namespace it selects."""
-    from testbed.tokens import sa_token
+    from testbed.tokens import bind_role, sa_token
 
     ns = pilot.namespace("policy-author")
     other = pilot.namespace("policy-victim")
@@ -518,16 +518,12 @@ def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet
         create_policy(author, policy("mine", ns))  # its own namespace: allowed
         create_policy(author, policy("mine-surge", ns, moveStrategy="Surge"))  # edit may patch */scale
         # Where it may evict but not scale: an evicting policy is allowed, a surging one is not.
-        rbac.create_namespaced_role(
+        bind_role(
+            api,
             evict_only,
-            {
-                "metadata": {"name": "evict"},
-                "rules": [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}],
-            },
-        )
-        rbac.create_namespaced_role_binding(
-            evict_only,
-            {"metadata": {"name": "evict"}, "roleRef": {**ref, "kind": "Role", "name": "evict"}, "subjects": subject},
+            "evict",
+            subject,
+            [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}],
         )
         wait_for("the evict-only role in effect", lambda: _creates(author, policy("evicts", evict_only)), 20)
         with pytest.raises(ApiException) as e:

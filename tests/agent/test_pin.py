@@ -13,11 +13,13 @@ from hami_place_core import placement as hp
 from testbed.agent_set import create_placement
 from testbed.allocation import start_allocator
 from testbed.placements import get_placement, placement
-from testbed.tokens import grant_node_read
+from testbed.tokens import bind_role, grant_node_read, user
 from testbed.waiting import wait_for
 from testbed.workloads import deployment
 
 pytestmark = pytest.mark.testbed
+# What a placement author needs in their namespace (plus `get` on the nodes they target).
+PLACER = [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]}]
 
 
 def custom(api):
@@ -336,28 +338,13 @@ def _evict_probe(api, ns, node) -> str:
 
 @pytest.mark.hami
 def test_rejects_user_who_may_not_evict(api, ans, testbed, tmp_kubeconfig, request) -> None:
-    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     apps.create_namespaced_deployment(ans, deployment("victim", replicas=1))
     pod = wait_for("victim pod", lambda: core.list_namespaced_pod(ans, label_selector="app=victim").items, 30)[0]
     # "alice" may manage placements but not evict pods
-    rbac.create_namespaced_role(
-        ans,
-        {
-            "metadata": {"name": "placements"},
-            "rules": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]}],
-        },
-    )
-    rbac.create_namespaced_role_binding(
-        ans,
-        {
-            "metadata": {"name": "alice"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "placements"},
-            "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-        },
-    )
+    bind_role(api, ans, "alice", [user("alice")], PLACER)
     alice = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("alice")))
-    user = {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}
-    request.addfinalizer(grant_node_read(api, f"alice-nodes-{ans}", [user], [testbed.nodes[0].name]))
+    request.addfinalizer(grant_node_read(api, f"alice-nodes-{ans}", [user("alice")], [testbed.nodes[0].name]))
     body = placement("move", "move-00001", {"app": "victim"}, testbed.nodes[0].name, ["gpu-0"], evict=pod.metadata.name)
     wait_for("victim cached", lambda: "not found in namespace" not in _alice_probe(alice, ans, body), 20)
     with pytest.raises(ApiException) as e:
@@ -388,22 +375,10 @@ def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kube
         ans, deployment("sv", replicas=1, extra_limits={"nvidia.com/gpumem-percentage": "10"})
     )
     pod = wait_for("sv pod", lambda: core.list_namespaced_pod(ans, label_selector="app=sv").items, 30)[0]
-    rules = [
-        {"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]},
-        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-    ]
-    rbac.create_namespaced_role(ans, {"metadata": {"name": "movers"}, "rules": rules})
-    rbac.create_namespaced_role_binding(
-        ans,
-        {
-            "metadata": {"name": "bob"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "movers"},
-            "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
-        },
-    )
+    rules = [*PLACER, {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+    bind_role(api, ans, "bob", [user("bob")], rules)
     bob = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("bob")))
-    user = {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}
-    request.addfinalizer(grant_node_read(api, f"bob-nodes-{ans}", [user], [testbed.nodes[0].name]))
+    request.addfinalizer(grant_node_read(api, f"bob-nodes-{ans}", [user("bob")], [testbed.nodes[0].name]))
     body = placement(
         "sv-move", "sv-move-01", {"app": "sv"}, testbed.nodes[0].name, ["gpu-0/10"], evict=pod.metadata.name
     )
@@ -415,7 +390,7 @@ def test_rejects_a_surge_by_a_user_who_may_not_scale(api, ans, testbed, tmp_kube
         f"denied the request: user bob may not patch deployments/scale sv in namespace {ans}; strategy Surge scales it"
     ), message
     rules.append({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]})
-    rbac.patch_namespaced_role("movers", ans, {"rules": rules})
+    rbac.patch_namespaced_role("bob", ans, {"rules": rules})
     wait_for("bob may surge", lambda: _alice_probe(bob, ans, body) == "", 20)
 
 
@@ -423,23 +398,7 @@ def test_a_user_who_may_not_read_a_node_learns_nothing_about_it(api, ans, testbe
     """Forbidden before NotFound: without `get` on a node (or `list nodes`), a placement naming it is
     refused with one answer whether the node exists, has that GPU or has room; with `get` on that
     one node (resourceNames) the same dry run is judged on the node, and other nodes stay closed."""
-    rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(
-        ans,
-        {
-            "metadata": {"name": "placer"},
-            "rules": [{"apiGroups": [hp.GROUP], "resources": [hp.PLURAL], "verbs": ["create", "get", "list"]}],
-        },
-    )
-    user = {"kind": "User", "name": "carol", "apiGroup": "rbac.authorization.k8s.io"}
-    rbac.create_namespaced_role_binding(
-        ans,
-        {
-            "metadata": {"name": "carol"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "placer"},
-            "subjects": [user],
-        },
-    )
+    bind_role(api, ans, "carol", [user("carol")], PLACER)
     carol = client.CustomObjectsApi(testbed.api_client(tmp_kubeconfig("carol")))
     real, other = testbed.nodes[0].name, testbed.nodes[1].name
 
@@ -460,7 +419,7 @@ def test_a_user_who_may_not_read_a_node_learns_nothing_about_it(api, ans, testbe
             "author must be allowed to read that node"
         ), message
         assert "it has" not in message and "not found" not in message
-    request.addfinalizer(grant_node_read(api, f"carol-nodes-{ans}", [user], [real]))
+    request.addfinalizer(grant_node_read(api, f"carol-nodes-{ans}", [user("carol")], [real]))
     wait_for("carol may read one node", lambda: answer(real, "gpu-0")[0] == 201, 20)
     status, message = answer(real, "gpu-999")
     assert status == 422 and "has no GPU with index 999" in message, message
