@@ -294,6 +294,12 @@ class Mover:
             await self._evict(updated, first=True)
 
     async def _evict(self, p: Placement, first: bool = False) -> None:
+        if not await self._evict_step(p, first):
+            self._acting_since.pop(p.key, None)  # the eviction is over, one way or another
+
+    async def _evict_step(self, p: Placement, first: bool) -> bool:
+        """One look at an eviction; True while it is still to be made (waiting, rate-limited or
+        blocked by a PDB), False once it is done, refused or past its deadline."""
         evict_timeout, _ = _timeouts(p, self.settings)
         now = dt.datetime.now(dt.UTC)
         recorded = parse_rfc3339(p.status.move_started_at) or now
@@ -303,24 +309,22 @@ class Mover:
         if pod is None or pod["metadata"].get("uid") != uid or pod["metadata"].get("deletionTimestamp"):
             # The pod we meant is gone or going: the eviction happened (perhaps before a crash).
             await self.transitions.apply(p, Observation(Seen.EVICTED_POD_GONE, attempts=p.status.attempts))
-            self._acting_since.pop(p.key, None)
-            return
+            return False
         if now >= started + dt.timedelta(seconds=evict_timeout):
-            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_DEADLINE, seconds=evict_timeout))
-            return
+            return False
         retry_at = parse_rfc3339(p.status.next_attempt_at)
         if retry_at and now < retry_at:
-            return
+            return True
         if not first and not self.bucket.take():
-            return  # rate limit: the next pass tries again
+            return True  # rate limit: the next pass tries again
         attempts = p.status.attempts + (0 if first else 1)
         # Count the attempt before making it: the record survives a crash, and a claim racing the
         # eviction (it writes on top of what it read) can no longer lose it.
         if p.status.eviction_attempts != attempts:
             counted = await self.transitions.apply(p, Observation(Seen.EVICTION_ATTEMPTED, attempts=attempts))
             if counted is None:
-                return  # it moved on meanwhile: the next pass looks again
+                return True  # it moved on meanwhile: the next pass looks again
             p = counted
         failpoint("move.before-evict")
         body = {
@@ -334,20 +338,18 @@ class Mover:
         except kube_errors.TooManyRequests as e:  # a PDB: retried until the deadline
             metrics.EVICTIONS.labels(result="blocked").inc()
             await self._blocked(p, e, attempts)
-            return
+            return True
         except (kube_errors.NotFound, kube_errors.Conflict):
             # gone, or the name now belongs to a new pod (UID precondition): nothing left to evict
-            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_NOT_FOUND, attempts=attempts))
-            return
+            return False
         except kube_errors.Forbidden as e:
-            self._acting_since.pop(p.key, None)
             await self.transitions.apply(p, Observation(Seen.EVICTION_FORBIDDEN, detail=str(e)))
-            return
-        self._acting_since.pop(p.key, None)
+            return False
         metrics.EVICTIONS.labels(result="accepted").inc()
         failpoint("move.after-evict")
         await self.transitions.apply(p, Observation(Seen.EVICTION_ACCEPTED, attempts=attempts))
+        return False
 
     async def _blocked(self, p: Placement, e: kube_errors.KubeError, attempts: int) -> None:
         names = [m.group(1) for c in e.causes if (m := _PDB_RE.search(c.get("message", "")))]

@@ -103,7 +103,6 @@ class RegisterDecoding:
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 UINT64 = (0, 2**64 - 1)
-_DIGITS = frozenset("0123456789")
 
 
 def go_parse_int(text: str, bits: int = 64) -> int:
@@ -111,7 +110,7 @@ def go_parse_int(text: str, bits: int = 64) -> int:
     then ASCII digits only (no spaces, no ``_``, no other script's digits, which Python's int()
     would take), within the signed range of `bits`. Raises ValueError with Go's wording."""
     digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not set(digits) <= _DIGITS:
+    if not (digits.isascii() and digits.isdigit()):  # ASCII-only isdigit() is exactly 0-9 (and not "")
         raise ValueError(f"strconv.ParseInt: parsing {text[:40]!r}: invalid syntax")
     if len(digits) > 20:  # longer than any 64-bit value: out of range without converting it
         raise ValueError(f"strconv.ParseInt: parsing {text[:40]!r}: value out of range")
@@ -379,6 +378,10 @@ def _container_device(entry: str) -> ContainerDevice:
     fields = entry.split(",")
     if len(fields) < 4:
         raise ValueError(f"{len(fields)} fields, expected 4")
+    mem_text, cores_text = fields[2], fields[3]
+    if len(mem_text) < 10 and len(cores_text) < 10 and (mem_text + cores_text).isascii():
+        if mem_text.isdigit() and cores_text.isdigit():  # the cache's hot path: plain figures within int32
+            return ContainerDevice(fields[0], fields[1], int(mem_text), int(cores_text))
     try:
         mem = _not_negative(go_parse_int(fields[2], 32), "memory")
         cores = _not_negative(go_parse_int(fields[3], 32), "cores")
