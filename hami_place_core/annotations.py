@@ -379,9 +379,10 @@ def _container_device(entry: str) -> ContainerDevice:
     if len(fields) < 4:
         raise ValueError(f"{len(fields)} fields, expected 4")
     mem_text, cores_text = fields[2], fields[3]
-    if len(mem_text) < 10 and len(cores_text) < 10 and (mem_text + cores_text).isascii():
-        if mem_text.isdigit() and cores_text.isdigit():  # the cache's hot path: plain figures within int32
-            return ContainerDevice(fields[0], fields[1], int(mem_text), int(cores_text))
+    # The cache's hot path: plain ASCII figures of at most 9 digits are within int32 and not negative.
+    plain = (mem_text + cores_text).isascii() and mem_text.isdigit() and cores_text.isdigit()
+    if plain and len(mem_text) < 10 and len(cores_text) < 10:
+        return ContainerDevice(fields[0], fields[1], int(mem_text), int(cores_text))
     try:
         mem = _not_negative(go_parse_int(fields[2], 32), "memory")
         cores = _not_negative(go_parse_int(fields[3], 32), "cores")
