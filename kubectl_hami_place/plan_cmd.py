@@ -26,6 +26,22 @@ PLAN_ANNOTATION = "scheduling.hami.placement.com/plan"
 STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
 
 
+def _check_report(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--report's format follows its extension: anything but .html or .svg is a usage error."""
+    from kubectl_hami_place.report import FORMATS, report_format
+
+    if value is not None and report_format(value) is None:
+        raise click.BadParameter(f"{value!r}: the file name must end in {' or '.join(FORMATS)}", ctx, param)
+    return value
+
+
+def _write_report(path: str, state: Any, planned: Any, source: str) -> None:
+    """The before/after picture (kubectl_hami_place/report.py); the callback checked the extension."""
+    from kubectl_hami_place import report
+
+    report.write(path, report.build(state, planned, source, report.report_format(path) or "html"))
+
+
 @click.command()
 @planner_options
 @click.option(
@@ -72,6 +88,15 @@ STEP_ANNOTATION = "scheduling.hami.placement.com/plan-step"
     "gpus=4,gpumem-percentage=50,type=A100,node-selector=pool=a (keys: gpus, gpumem, gpumem-percentage, "
     "gpucores, type, nouse-type, uuid, nouse-uuid, node-selector, toleration, cpu, memory).",
 )
+@click.option(
+    "--report",
+    type=click.Path(),  # not dir_okay=False: a directory is an unwritable path (exit 1), not a usage error
+    callback=_check_report,
+    metavar="FILE",
+    help="Also write the plan's before/after GPU heatmap as a self-contained picture, in the format of "
+    "FILE's extension: .html (a page with the figures) or .svg. Every node is drawn up to 10,000 GPUs; "
+    "above, only the nodes the plan touches.",
+)
 @selector_option("Only nodes with these labels: plan for one node pool (live cluster only).")
 @kube_options
 def plan(
@@ -92,6 +117,7 @@ def plan(
     request_timeout: float | None,
     for_pod: str | None = None,
     for_request: str | None = None,
+    report: str | None = None,
 ) -> None:
     """Plan pod moves that free whole GPUs (or lower fragmentation), or that make room for one
     pod (--for, --for-request). Changes nothing.
@@ -112,6 +138,7 @@ def plan(
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
       kubectl hami-place plan --for train-0 -n ml         # the moves after which Pending pod train-0 fits
       kubectl hami-place plan --snapshot example --for-request gpus=8
+      kubectl hami-place plan --snapshot example --report plan.html   # the before/after heatmap
     """
     from hami_place_core.planning import PlanOptions
     from hami_place_core.state import build_state
@@ -120,6 +147,8 @@ def plan(
 
     if snapshot and selector:
         raise UserError("-l/--selector cannot be combined with --snapshot")
+    if report and (for_pod or for_request):
+        raise click.UsageError("--report draws a defragmentation plan: it cannot be combined with --for/--for-request")
     # On a terminal, a progress line on stderr once this takes over a second. From the live
     # cluster it starts once the nodes are read: an exec plugin may need the terminal to log in.
     progress = Progress("reading the snapshot" if snapshot else "reading the cluster", started=bool(snapshot))
@@ -158,6 +187,8 @@ def plan(
         _print_room(planned, state, source, output, kube, raw_pods)
         return
     warn_unreadable(state)  # once the command is sure to answer: an error stays one line
+    if report:  # before the output: a report that cannot be written fails the command (exit 1)
+        _write_report(report, state, planned, source)
     if output == "yaml":
         _print_manifests(planned, raw_pods, kube)
     elif is_structured(output):
