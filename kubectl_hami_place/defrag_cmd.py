@@ -87,6 +87,7 @@ def defrag(
     from dataclasses import replace
 
     from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
+    from hami_place_core.planning.exact import ABSENT
     from kubectl_hami_place.inspect_cmd import live_state
     from kubectl_hami_place.kube import Kube
 
@@ -106,6 +107,8 @@ def defrag(
         start = plan(live_state(kube, selector), replace(base, max_moves=max_moves))
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
+    if start.solver_note == ABSENT:
+        click.echo(f"note: {ABSENT}", err=True)  # the plan is the greedy planner's; say why
     click.echo(
         f"plan ({objective}): {len(start.moves)} moves; whole GPUs free {start.before.whole_free} -> "
         f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"

@@ -256,40 +256,53 @@ def ensure_binaries(log=print) -> dict[str, Path]:  # type: ignore[no-untyped-de
     result = {b: p for b, p in found.items() if p is not None}
     result[KWOK_STAGES] = ensure_kwok_stages(bin_dir, log)
     result["krew"] = ensure_krew(log)
+    result["actionlint"] = ensure_actionlint(log)
     return result
 
 
 def ensure_krew(log=print) -> Path:  # type: ignore[no-untyped-def]
-    """krew, for the plugin's install test. Cached apart from the control plane binaries, so
-    changing its pin never rebuilds Kubernetes."""
+    """krew, for the plugin's install test (tests/cli/test_release.py)."""
     version = _require("sigs.k8s.io/krew", TOOLS / "krew")
-    found = locate("krew", cache_root() / "testbed-bin" / f"krew-{version}")
-    if found is not None:
-        return found
-    bin_dir = cache_root() / "testbed-bin" / f"krew-{version}"
-    go = shutil.which("go")
-    if not go:
-        raise BuildError("krew is missing and Go is not installed to build it (see docs/testing.md)")
-    log(f"building krew {version} into {bin_dir} (one-time)")
-    tmp = bin_dir.with_name(bin_dir.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    _run(
-        [
-            go,
-            "build",
-            "-ldflags",
-            f"-s -w -X sigs.k8s.io/krew/internal/version.gitTag={version}",
-            "-o",
-            str(tmp / "krew"),
-            "sigs.k8s.io/krew/cmd/krew",
-        ],
-        TOOLS / "krew",
+    return _ensure_tool(
+        "krew",
+        version,
+        "sigs.k8s.io/krew/cmd/krew",
+        f"-s -w -X sigs.k8s.io/krew/internal/version.gitTag={version}",
         log,
     )
+
+
+def ensure_actionlint(log=print) -> Path:  # type: ignore[no-untyped-def]
+    """actionlint, for the workflow test (tests/release/test_workflows.py)."""
+    version = _require("github.com/rhysd/actionlint", TOOLS / "actionlint")
+    return _ensure_tool(
+        "actionlint",
+        version,
+        "github.com/rhysd/actionlint/cmd/actionlint",
+        f"-s -w -X github.com/rhysd/actionlint.version={version}",
+        log,
+    )
+
+
+def _ensure_tool(name: str, version: str, package: str, ldflags: str, log) -> Path:  # type: ignore[no-untyped-def]
+    """A tool of its own pinned module (testbed/tools/<name>/), cached apart from the control plane
+    binaries in testbed-bin/<name>-<version>/, so changing its pin never rebuilds Kubernetes.
+    TEST_ASSET_<NAME> and KUBEBUILDER_ASSETS are honoured as for the others."""
+    bin_dir = cache_root() / "testbed-bin" / f"{name}-{version}"
+    found = locate(name, bin_dir)
+    if found is not None:
+        return found
+    go = shutil.which("go")
+    if not go:
+        raise BuildError(f"{name} is missing and Go is not installed to build it (see docs/testing.md)")
+    log(f"building {name} {version} into {bin_dir} (one-time)")
+    tmp = bin_dir.with_name(bin_dir.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _run([go, "build", "-ldflags", ldflags, "-o", str(tmp / name), package], TOOLS / name, log)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp / "krew", bin_dir / "krew")
+    os.replace(tmp / name, bin_dir / name)
     tmp.rmdir()
-    return bin_dir / "krew"
+    return bin_dir / name
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ class ExactOutcome:
     work: WorkLimit | None = None  # the solver work spent, and whether the budget ran out
 
 
+# What `plan` and `defrag` say when HiGHS is not importable: the plugin's default release archive
+# leaves it out (docs/release.md), as does `pip install hami-place` without the extra.
+ABSENT = (
+    "exact stage not in this build (HiGHS absent): pip install 'hami-place[exact]', "
+    "or use the release's -full archive (kubectl-hami_place_<version>_<os>_<arch>-full.tar.gz)"
+)
+
+
 def available() -> bool:
     try:
         import highspy  # noqa: F401
@@ -425,6 +433,7 @@ def _search_order(engine: Engine, pending: list[int]) -> list[int] | None:
 
 
 __all__ = [
+    "ABSENT",
     "AUTO_WORK",
     "EXACT_AUTO_PAIRS",
     "EXACT_MAX_COLUMNS",

@@ -70,19 +70,17 @@ def _exact(
     state: ClusterState, engine: Engine, options: PlanOptions, greedy: tuple[Move, ...]
 ) -> tuple[tuple[Move, ...], str, str]:
     """The exact planner's moves when they free more GPUs than the greedy plan's, else those."""
+    if options.solver == "exact" and not exact_planner.available():
+        # Asked for by name: an error whatever the state's size (the plugin's default build has no HiGHS).
+        raise SolverUnavailable(f"--solver exact: {exact_planner.ABSENT}")
     pairs = sum(engine.p_static) * sum(engine.g_counts)
     limit = exact_planner.EXACT_MAX_PAIRS if options.solver == "exact" else exact_planner.EXACT_AUTO_PAIRS
     if pairs > limit:
-        # Checked before importing HiGHS: the shipped openb example has 21.5 million pairs.
+        # Checked before importing HiGHS (auto): the shipped openb example has 21.5 million pairs.
         why = f"state too large for {options.solver} ({pairs:,} pod-GPU pairs to consider, over {limit:,})"
         return greedy, "greedy", f"exact planner: {why}"
-
     if not exact_planner.available():
-        if options.solver == "exact":
-            raise SolverUnavailable(
-                "the exact planner needs HiGHS: pip install 'hami-place[exact]' (highspy and numpy)"
-            )
-        return greedy, "greedy", "exact planner not installed (highspy)"
+        return greedy, "greedy", exact_planner.ABSENT
     floor = sum(len(m.frees) - len(m.takes) for m in greedy)
     outcome = exact_planner.solve(Engine(state, options), options, floor, seed=greedy)
     if outcome.moves is None:

@@ -213,9 +213,10 @@ def test_solver_exact_without_highspy_is_a_user_error(subset14: str, monkeypatch
     result = invoke("--snapshot", subset14, "--solver", "exact")
     # A UserError: the plugin's entry point prints it to stderr and exits 1.
     assert result.exit_code == 1 and isinstance(result.exception, UserError), result.output
-    assert str(result.exception) == "the exact planner needs HiGHS: pip install 'hami-place[exact]' (highspy and numpy)"
+    assert str(result.exception) == f"--solver exact: {planner_exact.ABSENT}"
+    assert "pip install 'hami-place[exact]'" in planner_exact.ABSENT and "-full" in planner_exact.ABSENT
     auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
-    assert (auto["solver"], auto["solverNote"]) == ("greedy", "exact planner not installed (highspy)")
+    assert (auto["solver"], auto["solverNote"]) == ("greedy", planner_exact.ABSENT)
 
 
 # ---- plan --for-request (issue 23): making room for one pod ------------------------------------------

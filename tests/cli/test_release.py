@@ -46,8 +46,8 @@ def test_archive_is_flat_with_license_and_completion_helper(archive: Path) -> No
     assert archive.name == f"kubectl-hami_place_{release.__version__}_linux_amd64.tar.gz"
 
 
-def test_the_binary_carries_the_exact_planner(archive: Path, tmp_path: Path) -> None:
-    """HiGHS is bundled: on 16 nodes of the example the binary's plan is the exact planner's."""
+def _subset_snapshot(tmp_path: Path) -> Path:
+    """16 nodes of the example: small enough for the exact stage (auto runs it where HiGHS is)."""
     import json
 
     from hami_place_core.fragmentation import cluster_metrics, mix_from_state
@@ -59,16 +59,47 @@ def test_the_binary_carries_the_exact_planner(archive: Path, tmp_path: Path) -> 
     state = build_state(nodes, pods)
     snap = tmp_path / "subset.json"
     snap.write_text(json.dumps(make_snapshot(nodes, pods, state, cluster_metrics(state, mix_from_state(state)), "t")))
+    return snap
+
+
+def test_the_default_archive_leaves_out_the_exact_planner(archive: Path) -> None:
+    """HiGHS (highspy) and numpy with its OpenBLAS were 48 MB of the 101 MB build: the default
+    archive goes without them (docs/release.md); HAMI_PLACE_EXACT=1 + `archive --full` keeps them."""
+    with tarfile.open(archive) as tar:
+        tops = {n.split("/")[1] for n in tar.getnames() if n.startswith("_internal/") and n.count("/") >= 1}
+    carried = sorted(t for t in tops if t.split(".")[0].split("-")[0] in ("highspy", "numpy"))
+    assert carried == [], carried
+    size = archive.stat().st_size
+    print(f"\ndefault archive {archive.name}: {size / 2**20:.1f} MiB ({size:,} bytes)")
+    assert size < 35 * 2**20, f"{archive.name} is {size / 2**20:.1f} MiB; it was 22.7 MiB without HiGHS"
+    with pytest.raises(SystemExit, match="has no HiGHS"):
+        release.make_archive(ROOT / "build" / "dist", archive.parent / "full", "linux/amd64", full=True)
+
+
+def test_the_binary_says_the_exact_stage_is_absent(archive: Path, tmp_path: Path) -> None:
+    """`--solver exact` is a user error (exit 1) naming the way to get it; `auto` plans greedily and
+    its note says why."""
+    import json
+
+    snap = _subset_snapshot(tmp_path)
     binary = ROOT / "build" / "dist" / "kubectl-hami_place" / "kubectl-hami_place"
-    done = subprocess.run(
+    exact = subprocess.run(
         [str(binary), "plan", "--snapshot", str(snap), "--solver", "exact", "-o", "json"],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
-    assert (out["solver"], out["gpusFreed"]) == ("exact", 4), out["solverNote"]
+    assert exact.returncode == 1 and exact.stdout == "", exact.stderr
+    assert exact.stderr.startswith("error: --solver exact: exact stage not in this build"), exact.stderr
+    assert "pip install 'hami-place[exact]'" in exact.stderr and "-full.tar.gz" in exact.stderr
+    auto = subprocess.run(
+        [str(binary), "plan", "--snapshot", str(snap), "-o", "json"], capture_output=True, text=True, timeout=300
+    )
+    assert auto.returncode == 0, auto.stderr
+    out = json.loads(auto.stdout)
+    assert out["solver"] == "greedy" and out["solverNote"].startswith("exact stage not in this build"), out
+    table = subprocess.run([str(binary), "plan", "--snapshot", str(snap)], capture_output=True, text=True, timeout=300)
+    assert "by the greedy planner (exact stage not in this build" in table.stdout, table.stdout[-600:]
 
 
 def test_manifest_structure(archive: Path, tmp_path: Path) -> None:

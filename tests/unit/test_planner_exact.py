@@ -80,8 +80,14 @@ def test_without_highspy_auto_falls_back_and_exact_says_why(monkeypatch: pytest.
     state = subset()
     p = plan(state)
     assert (p.solver, p.gpus_freed) == ("greedy", 3)
-    assert p.solver_note == "exact planner not installed (highspy)"
-    with pytest.raises(SolverUnavailable, match=r"pip install 'hami-place\[exact\]'"):
+    assert p.solver_note == planner_exact.ABSENT
+    assert p.solver_note.startswith("exact stage not in this build") and "-full" in p.solver_note
+    absent = r"^--solver exact: exact stage not in this build.*pip install 'hami-place\[exact\]'"
+    with pytest.raises(SolverUnavailable, match=absent):
+        plan(state, PlanOptions(solver="exact"))
+    # asked for by name, absent is the answer whatever the size (not "state too large")
+    monkeypatch.setattr(planner_exact, "EXACT_MAX_PAIRS", 1)
+    with pytest.raises(SolverUnavailable, match=absent):
         plan(state, PlanOptions(solver="exact"))
 
 
