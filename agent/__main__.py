@@ -9,7 +9,9 @@ from sanic import Sanic
 from agent import logs
 from agent.app import create_app
 from agent.config import ConfigError, Settings
+from agent.kube import load_credentials
 from agent.tls import server_context
+from hami_place_core.kube.errors import KubeError
 
 
 def main() -> int:
@@ -23,8 +25,14 @@ def main() -> int:
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
         print(f"hami-place agent: cannot load TLS files: {e}", file=sys.stderr)
         return 2
+    try:
+        # Refused here, in one line, rather than as a traceback from the server's start-up hook.
+        credentials = load_credentials(settings.kubeconfig or None, settings.token_file or None)
+    except KubeError as e:
+        print(f"hami-place agent: no usable Kubernetes credentials: {e}", file=sys.stderr)
+        return 2
     logs.setup(settings.log_level)
-    app = create_app(settings, tls=tls)
+    app = create_app(settings, tls=tls, credentials=credentials)
     ssl = tls.context if tls is not None else None
     common = {"host": settings.host, "ssl": ssl, "single_process": True, "access_log": False, "motd": False}
     app.prepare(port=settings.port, **common)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ from agent.config import Settings
 from agent.controller import PlacementController
 from agent.errors import AgentError, Missing, NotReady
 from agent.events import EventRecorder
-from agent.kube import AsyncKube, load_credentials
+from agent.kube import AsyncKube, Credentials, load_credentials
 from agent.leader import LeaderElector
 from agent.mutate import PodMutator
 from agent.tls import ServingTLS, require_webhook_client
@@ -58,7 +58,14 @@ class JsonErrors(ErrorHandler):
         return r.json({"error": "InternalError", "code": 500, "message": str(exception)}, status=500)
 
 
-def create_app(settings: Settings, name: str = "hami-place-agent", tls: ServingTLS | None = None) -> Sanic:
+def create_app(
+    settings: Settings,
+    name: str = "hami-place-agent",
+    tls: ServingTLS | None = None,
+    credentials: Credentials | None = None,
+) -> Sanic:
+    """`credentials`: loaded by the caller (`python -m agent` does, to refuse bad ones before
+    serving); without them, from the settings when the server starts."""
     app = Sanic(name, error_handler=JsonErrors(), configure_logging=False)
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.ACCESS_LOG = False
@@ -67,11 +74,12 @@ def create_app(settings: Settings, name: str = "hami-place-agent", tls: ServingT
     app.ctx.settings = settings
     app.ctx.started = time.monotonic()
     app.ctx.tls = tls
+    app.ctx.credentials = credentials
 
     @app.before_server_start
     async def start(app: Sanic) -> None:
         s: Settings = app.ctx.settings
-        kube = AsyncKube(load_credentials(s.kubeconfig or None, s.token_file or None))
+        kube = AsyncKube(app.ctx.credentials or load_credentials(s.kubeconfig or None, s.token_file or None))
         cache = ClusterCache(kube, policies=s.autopilot_enabled)
         events = EventRecorder(kube, s.agent_id)
         app.ctx.kube, app.ctx.cache, app.ctx.events = kube, cache, events

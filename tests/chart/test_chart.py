@@ -769,6 +769,6 @@ def test_dockerfile_copies_exist_and_runs_the_agent_as_non_root() -> None:
             for src in line.split()[1:-1]:
                 assert (REPO / src).exists(), src
     assert "USER 65532:65532" in text
-    assert 'ENTRYPOINT ["python", "-m", "agent"]' in text
+    assert 'ENTRYPOINT ["/opt/venv/bin/python", "-m", "agent"]' in text
     assert "EXPOSE 8083" in text
     assert '".[agent]"' in text

@@ -435,6 +435,31 @@ def test_agent_exits_2_with_the_reason_when_the_webhook_client_ca_cannot_be_read
     assert proc.stderr.startswith("hami-place agent: cannot load TLS files:") and "No such file" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({}, "not in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"),
+        ({"HAMI_PLACE_KUBECONFIG": "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"),
+    ],
+)
+def test_agent_exits_2_in_one_line_without_kubernetes_credentials(env, reason) -> None:
+    """As a container started outside a pod (or with a wrong kubeconfig) would: the reason, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent"],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("hami-place agent: no usable Kubernetes credentials:"), proc.stderr
+    assert reason in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     """The GPUs have room but the node's CPU is taken by a non-GPU pod: kube-scheduler would leave
     the pinned pod Pending, so the placement is refused with the shortfall."""
