@@ -42,6 +42,7 @@ unit: install ## Pure-logic tests only (no control plane)
 	$(BIN)/pytest tests/unit -q
 
 test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tests on the real test bed
+	$(BIN)/python -m testbed.debian_packages image browser  # podman for the image tests, Chromium for plan --report
 	$(BIN)/pytest -q
 
 test-hami: testbed-build ## The HAMi tier: tests that cross HAMi, with the real scheduler HAMI_SCHEDULER_BIN names
@@ -61,6 +62,12 @@ binary: install ## Build the plugin binary (PyInstaller onedir) into build/dist/
 release: binary ## Pack the binary with LICENSE into dist/ (a release archive for this OS/arch)
 	$(BIN)/python release/release.py archive
 
+image: install ## Build the agent image with podman from ./Dockerfile on a debootstrap-made Debian base (docs/release.md)
+	$(BIN)/python release/image.py build
+
+release-all: release ## Build into dist/ what this machine can of a release (archive, chart, krew manifest, image); CI builds the rest
+	$(BIN)/python release/release.py local
+
 docs: install ## Regenerate docs/cli.md from the CLI and the state diagram in docs/architecture.md
 	$(BIN)/python release/cli_reference.py
 	$(BIN)/python release/architecture_diagram.py
@@ -77,4 +84,4 @@ bench-startup: binary testbed-build ## Cold-start benchmark of the binary vs kub
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test test-hami bench-model bench-planner binary release docs demo demo-down bench-startup clean
+.PHONY: help install run testbed-build testbed testbed-down lint typecheck unit test test-hami bench-model bench-planner binary release image release-all docs demo demo-down bench-startup clean

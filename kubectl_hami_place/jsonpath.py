@@ -19,7 +19,7 @@ position of the fault (the CLI turns it into exit 2).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -420,3 +420,30 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) != isinstance(b, bool):
         return False
     return bool(a == b)
+
+
+def sort_key(expression: str) -> Callable[[Any], tuple[int, Any]]:
+    """kubectl's --sort-by: a key over one JSONPath expression (``.metadata.name`` or
+    ``{.metadata.name}``). Numbers sort as numbers, strings as text (RFC 3339 timestamps sort in
+    time order), other values by their JSON; an item where the path selects nothing sorts first.
+    A template that is not one expression raises JsonPathError."""
+    text = expression if expression.startswith("{") else "{" + expression + "}"
+    nodes = parse(text).nodes
+    if len(nodes) != 1 or not isinstance(nodes[0], Expr):
+        raise JsonPathError(f"--sort-by needs one JSONPath expression such as '{{.metadata.name}}', not {expression!r}")
+    path = nodes[0].path
+
+    def key(item: Any) -> tuple[int, Any]:
+        found = evaluate(path, item, item)
+        if not found or found[0] is None:
+            return (0, "")
+        value = found[0]
+        if isinstance(value, bool):  # before int: bool is an int in Python
+            return (1, int(value))
+        if isinstance(value, int | float):
+            return (2, value)
+        if isinstance(value, str):
+            return (3, value)
+        return (4, json.dumps(value, sort_keys=True))
+
+    return key

@@ -93,6 +93,15 @@ def output_option(fn: F) -> F:
     )(fn)
 
 
+def create_output_option(fn: F) -> F:
+    """-o for the commands that create a placement: also kubectl create's -o name (resource/name)."""
+    return output_formats(
+        (*OUTPUT_FORMATS, "name"),
+        "Output format: table, wide (more columns), json, yaml, or name (the created object's resource/name).",
+        "{.metadata.name}",
+    )(fn)
+
+
 def jsonpath_of(output: str) -> str | None:
     """The template of `-o jsonpath=TEMPLATE`, None for another format."""
     return output[len(JSONPATH) :] if output.startswith(JSONPATH) else None
@@ -104,6 +113,16 @@ def no_headers_option(fn: F) -> F:
         "--no-headers",
         is_flag=True,
         help="Don't print the column headers of the table output formats (as kubectl's --no-headers).",
+    )(fn)
+
+
+def sort_by_option(fn: F) -> F:
+    """kubectl get's --sort-by: a JSONPath over each item as -o json prints it."""
+    return click.option(
+        "--sort-by",
+        metavar="JSONPATH",
+        help="Sort the list by this field of each item as -o json prints it, as kubectl's --sort-by "
+        "(e.g. --sort-by=.metadata.creationTimestamp); items without it come first.",
     )(fn)
 
 

@@ -18,9 +18,9 @@ from kubectl_hami_place.options import (
     STRATEGIES,
     Duration,
     agent_options,
+    create_output_option,
     eviction_timeout_option,
     kube_options,
-    output_option,
     selector_option,
     strategy_option,
     target_options,
@@ -96,8 +96,12 @@ def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout:
 
 
 def _announce(obj: dict[str, Any], what: str, target: str, dry_run: str | None, output: str) -> None:
-    from kubectl_hami_place.printers import is_structured, print_structured
+    from kubectl_hami_place.printers import is_structured, object_name, print_structured
+    from kubectl_hami_place.status_cmd import RESOURCE
 
+    if output == "name":
+        click.echo(object_name(RESOURCE, obj))
+        return
     if is_structured(output):
         print_structured(obj, output)
         return
@@ -150,7 +154,7 @@ def _check_req_id(ctx: click.Context, param: click.Parameter, value: str | None)
 @_dry_run_option
 @watch_option("Follow the placement until the pod is placed (Completed) or it fails.")
 @click.option("--timeout", type=Duration(), metavar="DURATION", help="With -w: give up after this long (e.g. 5m).")
-@output_option
+@create_output_option
 @agent_options
 @kube_options
 def pin(workload: str | None, selector: str | None, node: str, gpus: tuple[str, ...], **kw: Any) -> None:
@@ -339,7 +343,7 @@ def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...
 @eviction_timeout_option("Fail the move if PDBs keep blocking the eviction this long (agent default 5m).")
 @_name_options
 @_dry_run_option
-@output_option
+@create_output_option
 @agent_options
 @kube_options
 def move(pod: str, node: str, gpus: tuple[str, ...], evict: bool, no_wait: bool, **kw: Any) -> None:
@@ -379,7 +383,7 @@ def move(pod: str, node: str, gpus: tuple[str, ...], evict: bool, no_wait: bool,
 @eviction_timeout_option("Fail the move if PDBs keep blocking the eviction this long (agent default 5m).")
 @_name_options
 @_dry_run_option
-@output_option
+@create_output_option
 @agent_options
 @kube_options
 def evict(pod: str, node: str | None, gpus: tuple[str, ...], no_wait: bool, **kw: Any) -> None:

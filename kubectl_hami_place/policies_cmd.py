@@ -24,9 +24,10 @@ from kubectl_hami_place.options import (
     no_headers_option,
     output_formats,
     selector_option,
+    sort_by_option,
     watch_option,
 )
-from kubectl_hami_place.printers import is_structured, object_name, print_structured, structured_text
+from kubectl_hami_place.printers import is_structured, object_name, print_structured, sort_items, structured_text
 from kubectl_hami_place.status_cmd import age
 
 POLICIES_PATH = f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}"
@@ -261,8 +262,11 @@ def _list(kube: Any, query: dict[str, Any]) -> dict[str, Any]:
     "{.items[*].state}",
 )
 @no_headers_option
+@sort_by_option
 @kube_options
-def policies(name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, **kw: Any) -> None:
+def policies(
+    name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, sort_by: str | None, **kw: Any
+) -> None:
     """List the autopilot's HamiDefragPolicies and what they are doing.
 
     Reads the cluster-scoped HamiDefragPolicies from the API server (no agent needed): mode,
@@ -289,7 +293,9 @@ def policies(name: str | None, selector: str | None, watch: bool, output: str, n
     if name:
         query["fieldSelector"] = f"metadata.name={name}"
     listing = _list(kube, query)
-    items = sorted(listing.get("items") or [], key=lambda o: str(o["metadata"]["name"]))
+    items = sort_items(
+        sorted(listing.get("items") or [], key=lambda o: str(o["metadata"]["name"])), sort_by, policy_view
+    )
     if name and not items:
         raise UserError(f"policy {name} not found")
     if watch:

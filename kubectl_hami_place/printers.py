@@ -4,6 +4,7 @@ and -o name. Tables are each command's own."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -39,3 +40,17 @@ def print_structured(doc: Any, output: str) -> None:
 def object_name(resource: str, obj: dict[str, Any]) -> str:
     """`-o name`: kubectl's resource/name, e.g. hamipodplacement.scheduling.hami.placement.com/web-1a2b."""
     return f"{resource}/{(obj.get('metadata') or {}).get('name')}"
+
+
+def sort_items(items: list[Any], expression: str | None, view: Callable[[Any], Any] = lambda o: o) -> list[Any]:
+    """`items` ordered by --sort-by over `view(item)` (what -o json prints of it); a stable sort, so
+    the command's own order breaks ties. A bad expression is a usage error (exit 2)."""
+    if not expression:
+        return items
+    from kubectl_hami_place.jsonpath import JsonPathError, sort_key
+
+    try:
+        key = sort_key(expression)
+    except JsonPathError as e:
+        raise click.BadParameter(str(e), param_hint="'--sort-by'") from e
+    return sorted(items, key=lambda o: key(view(o)))

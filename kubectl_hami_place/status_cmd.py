@@ -16,9 +16,10 @@ from kubectl_hami_place.options import (
     no_headers_option,
     output_formats,
     selector_option,
+    sort_by_option,
     watch_option,
 )
-from kubectl_hami_place.printers import is_structured, object_name, print_structured, structured_text
+from kubectl_hami_place.printers import is_structured, object_name, print_structured, sort_items, structured_text
 
 # -o name's resource, as kubectl prints it: <kind in lowercase>.<group>
 RESOURCE = "hamipodplacement.scheduling.hami.placement.com"
@@ -87,8 +88,11 @@ def names(items: list[dict[str, Any]]) -> str:
     "{.items[*].status.phase}",
 )
 @no_headers_option
+@sort_by_option
 @kube_options
-def status(name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, **kw: Any) -> None:
+def status(
+    name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, sort_by: str | None, **kw: Any
+) -> None:
     """List placements: phase, reason, target, pod and age.
 
     Reads HamiPodPlacements from the API server (no agent needed). -o wide adds the reqID and
@@ -116,6 +120,7 @@ def status(name: str | None, selector: str | None, watch: bool, output: str, no_
         query["fieldSelector"] = f"metadata.name={name}"
     listing = kube.request("GET", path, {**query})
     items = sorted(listing.get("items") or [], key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+    items = sort_items(items, sort_by)
     if name and not items:
         raise UserError(f"placement {ns}/{name} not found")
     wide = output == "wide"

@@ -163,3 +163,44 @@ def test_pin_and_move_print_their_placement_through_jsonpath(capsys: pytest.Capt
     assert capsys.readouterr().out == "gpu-node-2/gpu-1"
     _announce(obj, "pins deploy/web", "gpu-1", "client", "json")
     assert json.loads(capsys.readouterr().out) == obj
+
+
+# ---- --sort-by ----------------------------------------------------------------------------------
+def test_status_sort_by_a_field_items_without_it_first(run: Any) -> None:
+    assert ok(run("status", "--sort-by=.status.phase", "-o", "name")).splitlines() == [
+        "hamipodplacement.scheduling.hami.placement.com/web-1",  # no status: first, as kubectl
+        "hamipodplacement.scheduling.hami.placement.com/web-2",
+    ]
+    by_req = ok(run("status", "--sort-by", "{.spec.reqID}", "--no-headers")).splitlines()
+    assert [line.split()[0] for line in by_req] == ["web-1", "web-2"]
+    listed = json.loads(ok(run("status", "--sort-by=.metadata.name", "-o", "json")))
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["web-1", "web-2"]
+
+
+def test_policies_sort_by_numbers_as_numbers_over_what_json_prints(run: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    three = [policy("a", "Idle"), policy("b", "Idle"), policy("c", "Idle")]
+    for p, done in zip(three, (10, 2, 33), strict=True):
+        p["status"]["movesSucceeded"] = done
+    monkeypatch.setitem(globals(), "POLICIES", three)
+    rows = ok(run("policies", "--sort-by=.movesSucceeded", "--no-headers")).splitlines()
+    assert [r.split()[0] for r in rows] == ["b", "a", "c"]  # 2 < 10 < 33, not "10" < "2"
+
+
+def test_sort_by_that_is_not_one_expression_is_a_usage_error(run: Any) -> None:
+    for bad in ("{.a}{.b}", "{.items[?(@.x==}"):
+        result = run("status", "--sort-by", bad)
+        assert result.exit_code == 2, result.output
+        assert "--sort-by" in result.output and "Traceback" not in result.output
+
+
+def test_sort_key_orders_like_kubectl() -> None:
+    from kubectl_hami_place.jsonpath import sort_key
+
+    items = [
+        {"t": "2026-12-06T12:00:00Z", "n": 10},
+        {"n": 2},
+        {"t": "2026-12-06T11:59:59Z", "n": 2.5},
+        {"t": None, "n": -1},
+    ]
+    assert [i.get("n") for i in sorted(items, key=sort_key(".n"))] == [-1, 2, 2.5, 10]
+    assert [i.get("n") for i in sorted(items, key=sort_key("{.t}"))] == [2, -1, 2.5, 10]  # missing/null first
