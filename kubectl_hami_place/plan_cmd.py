@@ -335,14 +335,9 @@ def render_plan(result: Any, source: str, max_rows: int | None = None) -> str:
     else:
         lines.append("no moves: nothing can be freed within the limits")
         lines.append("")
-    b, a = result.before, result.after
-    metrics = [
-        ("whole GPUs free", b.whole_free, a.whole_free),
-        ("GPUs in use", b.in_use, a.in_use),
-        ("free capacity (GPUs)", f"{b.free:.2f}", f"{a.free:.2f}"),
-        ("stranded (GPUs)", f"{b.stranded:.2f}", f"{a.stranded:.2f}"),
-        ("FGD (GPUs)", f"{b.fgd:.2f}", f"{a.fgd:.2f}"),
-    ]
+    from kubectl_hami_place.render import before_after
+
+    metrics = before_after(result.before, result.after)
     lines.append(tabulate(metrics, headers=["", "BEFORE", "AFTER"], tablefmt="plain", disable_numparse=True))
     early = stopping_line(result)
     if early:

@@ -6,12 +6,16 @@ import os
 import re
 import shutil
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from hami_place_core.fit import GpuUsage
 from hami_place_core.fragmentation import ClusterMetrics, NodeMetrics, free_share
 from hami_place_core.state import ClusterState, NodeState
+
+if TYPE_CHECKING:  # the planner is imported only by the commands that plan
+    from hami_place_core.planning.model import PlanMetrics
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -50,6 +54,17 @@ def _pods(keys: list[str], wide: bool, namespace_hint: str | None = None) -> str
     if not wide and len(names) > 3:
         return ", ".join(names[:3]) + f" +{len(names) - 3}"
     return ", ".join(names)
+
+
+def before_after(b: PlanMetrics, a: PlanMetrics) -> list[tuple[str, object, object]]:
+    """The plan's headline metrics before and after its moves, as `plan` and `plan --report` show them."""
+    return [
+        ("whole GPUs free", b.whole_free, a.whole_free),
+        ("GPUs in use", b.in_use, a.in_use),
+        ("free capacity (GPUs)", f"{b.free:.2f}", f"{a.free:.2f}"),
+        ("stranded (GPUs)", f"{b.stranded:.2f}", f"{a.stranded:.2f}"),
+        ("FGD (GPUs)", f"{b.fgd:.2f}", f"{a.fgd:.2f}"),
+    ]
 
 
 def node_header(node: NodeState, m: NodeMetrics | None) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from hami_place_core.fragmentation import free_share
 from hami_place_core.state import ClusterState, NodeState
-from kubectl_hami_place.render import natural_sorted, range_label
+from kubectl_hami_place.render import before_after, natural_sorted, range_label
 
 FORMATS = {".html": "html", ".svg": "svg"}
 
@@ -260,14 +260,7 @@ def html(state: ClusterState, after: ClusterState, plan: Any, source: str) -> st
     """A page with the picture (scaled to the window; zoom in, it is vector) and under it the plan's
     before/after figures as a table. Its Content Security Policy forbids loading anything: the
     file is all there is."""
-    b, a = plan.before, plan.after
-    rows = [
-        ("whole GPUs free", b.whole_free, a.whole_free),
-        ("GPUs in use", b.in_use, a.in_use),
-        ("free capacity (GPUs)", f"{b.free:.2f}", f"{a.free:.2f}"),
-        ("stranded (GPUs)", f"{b.stranded:.2f}", f"{a.stranded:.2f}"),
-        ("FGD (GPUs)", f"{b.fgd:.2f}", f"{a.fgd:.2f}"),
-    ]
+    rows = before_after(plan.before, plan.after)
     table = "".join(f"<tr><th>{text(k)}</th><td>{text(v)}</td><td>{text(w)}</td></tr>" for k, v, w in rows)
     head = title_lines(plan, source)[0]
     return "\n".join(

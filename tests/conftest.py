@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.build import BuildError
-from testbed.ci import IN_CI
+from testbed.ci import unavailable
 from testbed.cluster import TestBed
 from testbed.gpu_nodes import uniform_nodes
 from testbed.hami import mode_banner, scheduler_binary
@@ -61,9 +61,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
         bed.start()
     except (BuildError, StartupError, OSError) as e:
         msg = f"test bed could not start: {e}\n{bed.logs(80)}"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable(msg)
     _bed = bed
     print(f"\ntest bed up in {bed.timings['total']:.1f}s ({bed.server}); logs in {bed.log_dir}")
     yield bed

@@ -109,3 +109,20 @@ def subset_raw() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         [n for n in nodes if n["metadata"]["name"] in keep],
         [p for p in pods if (p.get("spec") or {}).get("nodeName") in keep],
     )
+
+
+def moves_of(doc: dict[str, Any]) -> list[Move]:
+    """The moves of a `plan -o json` document, for check_moves."""
+    return [
+        Move(
+            m["pod"],
+            m["workload"],
+            m["from"]["node"],
+            tuple(m["from"]["gpus"]),
+            m["to"]["node"],
+            tuple(m["to"]["gpus"]),
+            tuple(m["to"]["uuids"]),
+            m["reason"],
+        )
+        for m in doc["moves"]
+    ]

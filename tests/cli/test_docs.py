@@ -3,28 +3,19 @@ README names every command. Pure (no cluster)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import click
 import pytest
 
 from kubectl_hami_place.cli import cli
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "release" / "cli_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cli_reference = _load_generator()
+cli_reference = load_script("release/cli_reference.py")
 CTX = click.Context(cli, info_name="kubectl hami-place")
 COMMANDS = [n for n in cli.list_commands(CTX) if not cli.get_command(CTX, n).hidden]  # type: ignore[union-attr]
 

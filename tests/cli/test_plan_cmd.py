@@ -15,12 +15,12 @@ from click.testing import CliRunner, Result
 
 from hami_place_core import annotations as ann
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
-from hami_place_core.planning import Move, check_moves
+from hami_place_core.planning import check_moves
 from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot
 from hami_place_core.state import build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.plan_cmd import plan
-from tests.planner_fixtures import node, pod
+from tests.planner_fixtures import moves_of, node, pod
 
 REQ_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -33,23 +33,6 @@ def ok(*args: str) -> str:
     result = invoke(*args)
     assert result.exit_code == 0, (result.output, result.exception)
     return result.stdout
-
-
-def moves_of(doc: dict[str, Any]) -> list[Move]:
-    """The moves of a `plan -o json` document, for check_moves."""
-    return [
-        Move(
-            m["pod"],
-            m["workload"],
-            m["from"]["node"],
-            tuple(m["from"]["gpus"]),
-            m["to"]["node"],
-            tuple(m["to"]["gpus"]),
-            tuple(m["to"]["uuids"]),
-            m["reason"],
-        )
-        for m in doc["moves"]
-    ]
 
 
 def write_snapshot(path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:

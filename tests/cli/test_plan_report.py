@@ -25,8 +25,8 @@ from kubectl_hami_place import report
 from kubectl_hami_place.cli import cli, main
 from kubectl_hami_place.render import SHADES, UNHEALTHY, _cell
 from testbed import chromium
-from testbed.ci import IN_CI
-from tests.planner_fixtures import node, pod
+from testbed.ci import unavailable
+from tests.planner_fixtures import moves_of, node, pod
 
 # Natural order differs from text order (1, 10, 2, 9); gpu-node-9 has an unhealthy and a cordoned GPU.
 NODES = {"gpu-node-10": 4, "gpu-node-2": 4, "gpu-node-1": 4, "gpu-node-9": 4}
@@ -66,9 +66,7 @@ def browser() -> Path:
     found = chromium.find()
     if found is None:
         msg = f"no Chromium to render the report: {chromium.HINT} (`make test` does, as root)"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable(msg)
     return found
 
 
@@ -220,25 +218,12 @@ def near(a: tuple[int, int, int], b: tuple[int, int, int], tol: int = 8) -> bool
 
 def expected_marks(snapshot: str, doc: dict[str, Any]) -> tuple[int, int]:
     """(emptied, taken) counted from the snapshot and the plan document's moves alone."""
-    from hami_place_core.planning import Move, apply_moves
+    from hami_place_core.planning import apply_moves
     from hami_place_core.snapshot import load_snapshot
 
     nodes, pods, _ = load_snapshot(snapshot)
     before = build_state(nodes, pods)
-    moves = [
-        Move(
-            m["pod"],
-            m["workload"],
-            m["from"]["node"],
-            tuple(m["from"]["gpus"]),
-            m["to"]["node"],
-            tuple(m["to"]["gpus"]),
-            tuple(m["to"]["uuids"]),
-            m["reason"],
-        )
-        for m in doc["moves"]
-    ]
-    after = apply_moves(before, moves)
+    after = apply_moves(before, moves_of(doc))
     used = [
         (n.usage[g.uuid].used > 0, after.nodes[name].usage[g.uuid].used > 0)
         for name, n in before.nodes.items()

@@ -3,29 +3,19 @@ local build (krew built from its pinned Go module by the test bed's build step).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from testbed import build
 from tests.cli.plugin_binary import ROOT, build_binary
+from tests.scripts import load_script
 
-
-def _release() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_script", ROOT / "release" / "release.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-release = _release()
+release = load_script("release/release.py")
 
 
 @pytest.fixture(scope="module")

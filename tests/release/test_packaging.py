@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from testbed import build
-from testbed.ci import IN_CI
-from tests.release.release_script import ROOT, load
+from testbed.ci import unavailable
+from tests.scripts import ROOT, load_script
 
-release = load()
+release = load_script("release/release.py")
 
 
 def _fake_archives(directory: Path, platforms: tuple[str, ...]) -> dict[str, Path]:
@@ -32,9 +32,7 @@ def helm() -> str:
     found = build.locate("helm", build.cache_bin_dir())
     if found is None:
         msg = "the test bed's helm is not built (make testbed-build)"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable(msg)
     return str(found)
 
 

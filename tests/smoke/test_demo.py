@@ -22,7 +22,7 @@ import pytest
 
 from hami_place_core import annotations as ann
 from testbed import build, demo
-from testbed.ci import IN_CI
+from testbed.ci import unavailable
 from testbed.gpu_nodes import NodeSpec
 
 # hami: the demo runs in both modes (with HAMI_SCHEDULER_BIN the real HAMi allocates its pinned pods)
@@ -37,9 +37,7 @@ def binaries() -> dict[str, Path]:
     try:
         return build.ensure_binaries(log=lambda _m: None)
     except build.BuildError as e:
-        if IN_CI:
-            pytest.fail(f"test-bed binaries unavailable: {e}", pytrace=False)
-        pytest.skip(f"test-bed binaries unavailable: {e}")
+        unavailable(f"test-bed binaries unavailable: {e}")
 
 
 def _run_demo(state: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

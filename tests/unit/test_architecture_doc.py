@@ -3,11 +3,11 @@ module of the product packages and the harness (a new module must be placed in t
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
@@ -21,19 +21,13 @@ PACKAGES = (
 )
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("architecture_diagram", ROOT / "release" / "architecture_diagram.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_state_diagram_is_generated_from_the_transition_table() -> None:
     from hami_place_core.lifecycle import mermaid
 
     text = DOC.read_text()
-    assert text == _load_generator().render(text), "docs/architecture.md's diagram is stale: run `make docs`"
+    assert text == load_script("release/architecture_diagram.py").render(text), (
+        "docs/architecture.md's diagram is stale: run `make docs`"
+    )
     assert mermaid() in text
 
 
