@@ -25,7 +25,7 @@ from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.placement import Placement
-from hami_place_core.planning.constraints import tolerates
+from hami_place_core.planning.constraints import scheduling_refusal, tolerates
 from hami_place_core.problems import Code, Problem, has_code, messages
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
@@ -309,6 +309,9 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mo
                 f"run kubectl uncordon {node.name} first",
             )
         ]
+    refusal = _node_constraints(sample, node)
+    if refusal:
+        return [refusal]
     try:
         gpus = resolve(targets, node)
     except TargetError as e:
@@ -396,6 +399,17 @@ def check_evict_pod(cache: ClusterCache, p: Placement) -> list[Problem]:
     except SelectorError as e:
         problems.append(Problem(Code.BAD_SELECTOR, str(e)))
     return problems
+
+
+def _node_constraints(pod: dict[str, Any] | None, node: NodeState) -> Problem | None:
+    """kube-scheduler's NodeAffinity and TaintToleration filters for the pod (the one moved, or one
+    the selector matches) on the target: the pinned pod ANDs the pin into its own constraints, so a
+    node they exclude would leave it Pending (and a move would have evicted its pod for nothing)."""
+    alloc = pod_allocation(pod) if pod else None
+    why = scheduling_refusal(alloc, node) if alloc else None
+    if alloc is None or why is None:
+        return None
+    return Problem(Code.NODE_CONSTRAINTS, f"pod {alloc.namespace}/{alloc.name} cannot run on node {node.name}: {why}")
 
 
 _CORDON_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}

@@ -24,6 +24,7 @@ class Code(StrEnum):
     NODE_NOT_FOUND = "NodeNotFound"
     NODE_NOT_READY = "NodeNotReady"
     NODE_UNSCHEDULABLE = "NodeUnschedulable"
+    NODE_CONSTRAINTS = "NodeConstraints"  # the pod's nodeSelector, node affinity or tolerations exclude the node
     TARGET_UNRESOLVED = "TargetUnresolved"
     GPU_UNHEALTHY = "GpuUnhealthy"
     GPU_CORDONED = "GpuCordoned"

@@ -123,6 +123,16 @@ def node_refusal(pod: PodAllocation, node: NodeState) -> str | None:
         return "node is cordoned"
     if not node.parseable or not node.devices:
         return "node has no readable HAMi GPU inventory"
+    why = _filters(pod, node)
+    if why is not None:
+        return why
+    if node.name != pod.node and has_required_pod_affinity(pod.affinity):
+        return "the pod has required inter-pod (anti-)affinity, so it only moves within its node"
+    return None
+
+
+def _filters(pod: PodAllocation, node: NodeState) -> str | None:
+    """kube-scheduler's NodeAffinity (nodeSelector, required node affinity) and TaintToleration filters."""
     for k, v in pod.node_selector.items():
         if node.labels.get(k) != v:
             return f"nodeSelector {k}={v} does not match"
@@ -132,9 +142,14 @@ def node_refusal(pod: PodAllocation, node: NodeState) -> str | None:
     taint = untolerated_taint(pod.tolerations, node.taints)
     if taint is not None:
         return f"taint {taint} is not tolerated"
-    if node.name != pod.node and has_required_pod_affinity(pod.affinity):
-        return "the pod has required inter-pod (anti-)affinity, so it only moves within its node"
     return None
+
+
+def scheduling_refusal(pod: PodAllocation, node: NodeState) -> str | None:
+    """Why kube-scheduler would keep the pod's replacement (its controller's template: without an
+    earlier placement's pin) off `node` by its labels and taints; None if it would not. The
+    readiness and cordon checks are the caller's (a pod may tolerate a cordon)."""
+    return _filters(as_replacement(pod), node)
 
 
 def constraint_signature(pod: PodAllocation) -> str:

@@ -452,3 +452,45 @@ def test_a_cordoned_node_is_refused_until_uncordoned(api, ans, testbed, request)
     ), message
     core.patch_node(node.name, {"spec": {"unschedulable": False}})
     wait_for("accepted once uncordoned", lambda: answer()[0] == 201, 20)
+
+
+@pytest.mark.hami
+def test_a_node_the_pods_tolerations_exclude_is_refused_until_the_taint_goes(api, ans, testbed, request) -> None:
+    """kube-scheduler's TaintToleration filter: the pin is ANDed into the pod's own constraints, so
+    a pin onto a node with a taint the workload's pods do not tolerate would never land (and a move
+    would evict its pod for nothing): refused naming the pod and the taint, accepted once it goes."""
+    from testbed.gpu_nodes import NodeSpec
+
+    core = client.CoreV1Api(api)
+    node = NodeSpec(f"{ans[:50]}-taint", gpus=2)
+    testbed.add_nodes([node])
+    request.addfinalizer(lambda: core.delete_node(node.name))
+    core.patch_node(node.name, {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}})
+    allocator = start_allocator(api, {ans}, choose_gpus=True)  # this pod is not pinned: allocate it anyway
+    request.addfinalizer(allocator.stop)
+    client.AppsV1Api(api).create_namespaced_deployment(ans, deployment("tol"))
+    pod = wait_for(
+        "the workload's pod allocated",
+        lambda: next(
+            (p for p in core.list_namespaced_pod(ans, label_selector="app=tol").items
+             if (p.metadata.annotations or {}).get(ann.POD_VGPU_NODE)),
+            None,
+        ),
+        60,
+    )  # fmt: skip
+    body = placement("tainted", "tainted-01", {"app": "tol"}, node.name, ["gpu-0"])
+
+    def answer() -> tuple[int, str]:
+        try:
+            custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
+            return 201, ""
+        except ApiException as e:
+            return e.status, json.loads(e.body)["message"]
+
+    _, message = wait_for("the taint seen", lambda: (a := answer())[0] == 422 and "taint" in a[1] and a, 30)
+    assert message.endswith(
+        f"pod {ans}/{pod.metadata.name} cannot run on node {node.name}: "
+        "taint dedicated=infer:NoSchedule is not tolerated"
+    ), message
+    core.patch_node(node.name, {"spec": {"taints": None}})
+    wait_for("accepted once the taint is gone", lambda: answer()[0] == 201, 30)

@@ -460,6 +460,81 @@ def test_agent_exits_2_in_one_line_without_kubernetes_credentials(env, reason) -
     assert reason in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _constraint_case(spec: dict[str, Any], annotations: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """check_target's problems for moving web-1 (on n2, with `spec`) to gpu-0 of n1 (labelled
+    pool=infer, tainted dedicated=infer:NoSchedule)."""
+    from agent.validate import check_target
+    from hami_place_core.annotations import POD_VGPU_NODE, GpuDevice
+    from hami_place_core.placement import Placement
+    from hami_place_core.simulate import gpu_uuid, node_manifest
+
+    cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
+    gpu = GpuDevice(
+        uuid=gpu_uuid("n1", 0), index=0, count=10, devmem=81920, devcore=100, type="NVIDIA-A100", health=True
+    )
+    node = node_manifest("n1", [gpu], labels={"pool": "infer"})
+    node["spec"]["taints"] = [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]
+    cache.apply("nodes", {"type": "ADDED", "object": node})
+    web = {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "ns",
+            "labels": {"app": "web"},
+            "annotations": {POD_VGPU_NODE: "n2", **(annotations or {})},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "web-5c", "controller": True}],
+        },
+        "spec": {
+            "nodeName": "n2",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            **spec,
+        },
+        "status": {"phase": "Running"},
+    }
+    cache.apply("pods", {"type": "ADDED", "object": web})
+    spec_ = {
+        "reqID": "abcde",
+        "podSelector": {"matchLabels": {"app": "web"}},
+        "nodeName": "n1",
+        "gpuDevices": ["gpu-0"],
+    }
+    placement = Placement.from_object(
+        {"metadata": {"name": "p", "namespace": "ns"}, "spec": {**spec_, "evictPod": "web-1"}}
+    )
+    return [(str(x.code), x.message) for x in check_target(cache, placement, [])]
+
+
+TOLERATES = {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infer", "effect": "NoSchedule"}]}
+
+
+def test_validation_refuses_a_target_the_pods_tolerations_and_node_selectors_exclude() -> None:
+    """kube-scheduler's TaintToleration and NodeAffinity filters: the pin is ANDed into the pod's
+    own constraints, so a node they exclude would leave the replacement Pending forever."""
+    taint = "pod ns/web-1 cannot run on node n1: taint dedicated=infer:NoSchedule is not tolerated"
+    assert _constraint_case({}) == [("NodeConstraints", taint)]
+    assert _constraint_case(TOLERATES) == []
+    assert _constraint_case({**TOLERATES, "nodeSelector": {"pool": "train"}}) == [
+        ("NodeConstraints", "pod ns/web-1 cannot run on node n1: nodeSelector pool=train does not match")
+    ]
+    elsewhere = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["train"]}]}
+    ]}}}  # fmt: skip
+    assert _constraint_case({**TOLERATES, "affinity": elsewhere}) == [
+        ("NodeConstraints", "pod ns/web-1 cannot run on node n1: required node affinity does not match")
+    ]
+
+
+def test_validation_ignores_an_earlier_placements_pin_on_the_pod_being_moved() -> None:
+    """A pod an earlier placement pinned to n2 carries that pin only on itself; its replacement is
+    built from the template, so the pin does not keep it off n1."""
+    from hami_place_core.placement import POD_NODE, POD_PLACEMENT
+
+    pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+    ]}}}  # fmt: skip
+    assert _constraint_case({**TOLERATES, "affinity": pinned}, {POD_PLACEMENT: "ns/old", POD_NODE: "n2"}) == []
+    assert _constraint_case({**TOLERATES, "affinity": pinned})[0][0] == "NodeConstraints"  # not ours: it binds
+
+
 def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     """The GPUs have room but the node's CPU is taken by a non-GPU pod: kube-scheduler would leave
     the pinned pod Pending, so the placement is refused with the shortfall."""
