@@ -83,6 +83,8 @@ class PlacementController:
     def _on_placement(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = _key(obj)
         self._dirty.add(key)
+        if kind == "DELETED":
+            self.transitions.forget(key)
         status = PlacementStatus.parse(obj.get("status"))
         phase = status.current_phase
         spec = obj.get("spec")

@@ -138,6 +138,11 @@ class Transitions:
         elif t.seen == Seen.LEASE_EXPIRED:
             metrics.LEASE_EXPIRIES.inc()
 
+    def forget(self, key: str) -> None:
+        """The placement `key` was deleted: drop when it entered its phase (a placement deleted
+        before it ended would otherwise stay in the table for the life of the process)."""
+        self._entered.pop(key, None)
+
     def _time_phases(self, p: Placement, t: Transition) -> None:
         """hami_place_phase_seconds for the phase left (when this replica saw it begin) and, at
         the end of a move, hami_place_move_seconds from its recorded start (any replica's)."""

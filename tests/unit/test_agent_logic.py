@@ -391,6 +391,27 @@ def test_controller_passes_look_at_what_changed_and_at_expired_leases() -> None:
     asyncio.run(scenario())
 
 
+def test_a_placement_deleted_before_it_ended_leaves_nothing_in_the_phase_timer() -> None:
+    """hami_place_phase_seconds remembers when each placement entered its phase; one deleted while
+    Pending or Claimed must not stay in that table for the life of the process."""
+
+    async def scenario() -> None:
+        cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
+        ctl = PlacementController(Settings(), cache, None, None)  # type: ignore[arg-type]
+        obj = {
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1"},
+            "spec": {"reqID": "abcde", "podSelector": {"matchLabels": {"app": "a"}}, "nodeName": "n"},
+            "status": {"phase": hp.CLAIMED},
+        }
+        cache.apply("placements", {"type": "ADDED", "object": obj})
+        ctl.transitions._entered["ns/p"] = (hp.CLAIMED, 0.0)  # as _time_phases records it
+        ctl.transitions._entered["ns/other"] = (hp.PENDING, 0.0)
+        cache.apply("placements", {"type": "DELETED", "object": obj})
+        assert ctl.transitions._entered == {"ns/other": (hp.PENDING, 0.0)}
+
+    asyncio.run(scenario())
+
+
 def test_webhook_client_ca_is_the_only_trust_root_for_client_certificates(tmp_path) -> None:
     import ssl
 
