@@ -163,6 +163,24 @@ def test_pin_and_move_print_their_placement_through_jsonpath(capsys: pytest.Capt
     assert capsys.readouterr().out == "gpu-node-2/gpu-1"
     _announce(obj, "pins deploy/web", "gpu-1", "client", "json")
     assert json.loads(capsys.readouterr().out) == obj
+    _announce(obj, "pins deploy/web", "gpu-1", None, "name")  # kubectl create -o name
+    assert capsys.readouterr().out == "hamipodplacement.scheduling.hami.placement.com/web-abc\n"
+
+
+def test_pin_move_and_evict_take_o_name_and_the_list_commands_sort_by() -> None:
+    import click
+
+    from kubectl_hami_place.cli import cli as root
+
+    def params(name: str) -> dict[str, click.Parameter]:
+        command = root.get_command(click.Context(root), name)  # the commands load lazily
+        assert command is not None, name
+        return {p.name or "": p for p in command.params}
+
+    for name in ("pin", "move", "evict"):
+        assert "name" in params(name)["output"].type.choices, name  # type: ignore[attr-defined]
+    for name in ("status", "policies"):
+        assert "sort_by" in params(name), name
 
 
 # ---- --sort-by ----------------------------------------------------------------------------------
