@@ -14,6 +14,8 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``exact``: the exact planner for small clusters: solve, order, prune;
 - ``exact_model``: its MILP over where every movable pod ends;
 - ``strategies``: the greedy planner's objectives (free-gpus, fragmentation) as passes in order;
+- ``exchange``: node-room exchanges: an exclusive pod carried off a CPU- or memory-full node to an
+  empty GPU of a roomy node, so that other pods can use the full node's GPU room;
 - ``passes``: evacuations by cost, pairing into an empty GPU, seeded evacuations, single moves;
 - ``fgd``: the FGD of a node over the engine's arrays (the formula is
   :func:`hami_place_core.fragmentation.node_fgd`);

@@ -15,17 +15,22 @@ reported. ``--solver auto`` has AUTO_WORK, ``exact`` the larger EXACT_WORK. Wher
 out, the best assignment found so far is still used if it frees more than the greedy plan and
 has an order, and the note says it is not proven optimal:
 
-1. *Most GPUs freed*: binaries x[p,g] (pod p ends on GPU g) and y[g] (GPU g stays in use), with
-   each GPU's slots, memory and compute, each node's CPU, memory and pod slots, per-workload
-   disruption budgets and ``max_moves`` as rows; the bins' cutting-stock optimum
+1. *Most GPUs freed, then fewest moves that must wait*: binaries x[p,g] (pod p ends on GPU g) and
+   y[g] (GPU g stays in use), with each GPU's slots, memory and compute, each node's CPU, memory
+   and pod slots, per-workload disruption budgets, ``max_moves`` and at most
+   ``max_moves_per_gpu`` moves per freed GPU as rows; the bins' cutting-stock optimum
    (:func:`~hami_place_core.planning.bounds.pattern_bound`) as a cut, without which HiGHS takes
-   minutes to prove what it finds in a second.
-2. *An order*: an assignment freeing that many, with at most ``max_moves_per_gpu`` moves per
-   freed GPU and the fewest moves that must wait for another (their target GPU or node has no
-   room now), goes into a fresh planner engine, which orders the moves as it orders its own
-   (cheapest frees first); if that deadlocks, an exhaustive search over the sets of moves made
-   (the state after a set does not depend on its order). With no order, exactly that assignment
-   is cut off and HiGHS solves again, a few times; then one GPU less.
+   minutes to prove what it finds in a second. One lexicographic objective: a GPU in use weighs
+   more than all the rest, which is the moves that must wait for another (their target GPU or
+   node has no room now; cycles of them are what leave an assignment without an order), plus a
+   little per other move. Until this was one objective, a second solve with the gain fixed looked
+   for the fewest waiting moves: it took HiGHS about three times the first solve's work, so
+   ``auto`` ran out of work before an order on the openb subsets where one was needed.
+2. *An order*: the solution goes into a fresh planner engine, which orders the moves as it orders
+   its own (cheapest frees first); if that deadlocks, an exhaustive search over the sets of
+   moves made (the state after a set does not depend on its order; at most ORDER_BUDGET sets).
+   With no order, exactly that assignment is cut off and HiGHS solves again with the gain fixed,
+   a few times; then one GPU less.
 3. *Only the moves needed*: last move first, a pod goes back home where the plan then frees as
    many GPUs and still has an order.
 
@@ -63,7 +68,8 @@ EXACT_MAX_COLUMNS = 40_000
 # 50, `auto` took at most 3.4 s of CPU on 60 of them (three lists) and found 4 of the exact
 # planner's plans; 40 found 1 and saved about 0.1 s at worst. `exact`, with 6,000, frees on
 # gpushare40's subsets what the planner did with its former 60 s net, in up to 37 s
-# (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit").
+# (bench/exact_bench.py; docs/planner.md, "The exact planner's work limit"). Since steps 1 and 2
+# are one solve, a step carries more LP work: up to 3.4 s there, 3.9 s on issue 22's subsets.
 AUTO_WORK = 50
 EXACT_WORK = 6_000
 # A step's LP is about as large as the model, so a model with fewer columns than this gets
@@ -126,8 +132,6 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     `engine` must hold every pod at its original place; it is left holding the returned plan's
     final places (or its original state).
     """
-    import highspy
-    import numpy as np
 
     started = time.perf_counter()
     model = ExactModel(engine, options)
@@ -144,22 +148,25 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     if work.left == 0:
         return outcome(0, False, _gave_up(work, options, floor))
     h = model.build(cut)
-    n_g = len(model.counted)
-    h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
+    search = _OrderSearch(h, model, started, work)
     _seed(h, model, seed)
     work.run(h)
     if not _has_solution(h):
         return outcome(0, False, _gave_up(work, options, floor) if work.hit else "the solver found no assignment")
-    proven = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    used = round(h.getInfo().objective_function_value)
-    best = len(model.counted) - used - model.free_now
+    n_g = len(model.counted)
+    values = h.getSolution().col_value
+    used = round(sum(values[:n_g]))
+    best = n_g - used - model.free_now
+    # Proven: no assignment keeps fewer GPUs in use. Any such one would cost at most
+    # weight * (used - 1) + weight - 1 (the second objective stays under the weight).
+    proven = h.getInfo().mip_dual_bound > search.weight * used - 1 + 1e-6
     if best <= floor:
         if proven:
             return outcome(best, True, "no assignment frees more")
         if work.hit:
             return outcome(best, False, _gave_up(work, options, floor))
         return outcome(best, False, "the solver found none that frees more within its node limit")
-    return _OrderSearch(h, model, started, work).run(floor, best, proven)
+    return search.run(floor, best, proven)
 
 
 def _gave_up(work: WorkLimit, options: PlanOptions, floor: int, best: int = 0) -> str:
@@ -184,46 +191,60 @@ def _found_note(work: WorkLimit, floor: int, gain: int, best: int, proven: bool)
 
 
 class _OrderSearch:
-    """Step 2 of :func:`solve`: an assignment freeing `gain` with at most max_moves_per_gpu moves
-    per freed GPU, then one GPU less if none has an order, down to one more than the floor. Not
-    the fewest moves: those assignments are the ones that swap pods between full nodes, which no
-    order can make (on the openb subsets most had none); the moves an ordered plan did not need
-    are dropped afterwards (_prune). Every re-solve spends from the plan's `work`; when it runs
-    out, the first step's assignment (the best found) is tried as it is, unless already tried."""
+    """Steps 1 and 2 of :func:`solve`, as one lexicographic objective: the fewest GPUs in use
+    first, then, among the assignments keeping that few, the fewest moves that must wait for
+    another (plus MOVE_COST per other move for the first LEAN_TRIES tries), with at most
+    max_moves_per_gpu moves per freed GPU as a row. The first solve's assignment is tried first;
+    without an order it is cut off and HiGHS solves again, with the gain fixed; then one GPU
+    less, down to one more than the floor. Not the fewest moves: those assignments are the ones
+    that swap pods between full nodes, which no order can make (on the openb subsets most had
+    none); the moves an ordered plan did not need are dropped afterwards (_prune). Every solve
+    spends from the plan's `work`; when it runs out mid-solve, the solve's incumbent (the best
+    assignment found) is tried as it is."""
 
     def __init__(self, h: Any, model: ExactModel, started: float, work: WorkLimit) -> None:
         import numpy as np
 
         self.h, self.model, self.started, self.work = h, model, started, work
-        self.first = model.assignment(h)
-        self.tried: set[frozenset[tuple[int, int]]] = set()
+        self.first: dict[int, int] = {}
         self.retries = 0
         n_g = len(model.counted)
         self.idx_away = np.array([model.x0 + j for j in model.away], dtype=np.int32)
-        h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.zeros(n_g))
         # Fewest moves that must wait for others: a move whose target GPU or node has no room for
         # it now needs pods to leave first, and cycles of such moves are what leave an assignment
         # without an order. Other moves cost a little (MOVE_COST), for shorter plans, for the first
         # LEAN_TRIES tries; then nothing, which lets the solver add moves that make room.
         self.waits = np.array([1.0 if _waits(model.engine, *model.cols[j]) else 0.0 for j in model.away])
+        # A GPU in use outweighs the second objective, which is at most 1 per mover (one column of
+        # each pod ends in the solution): solving for both at once costs HiGHS about what the
+        # first alone did, where solving for the second with the gain fixed took three times that.
+        self.weight = float(len(model.movers) + 1)
+        h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.full(n_g, self.weight))
         h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+        # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
+        k = float(model.options.max_moves_per_gpu)
+        idx = np.concatenate([self.idx_away, np.arange(n_g, dtype=np.int32)])
+        coef = np.concatenate([np.ones(len(self.idx_away)), np.full(n_g, k)])
+        h.addRow(-h.getInfinity(), k * (n_g - model.free_now), len(idx), idx, coef)
 
     def run(self, floor: int, best: int, proven: bool) -> ExactOutcome:
         import numpy as np
 
+        self.first = self.model.assignment(self.h)
+        moves = self._try(self.first)
+        if moves is not None:
+            return self._found(moves, floor, best, proven)
+        self._failed()
         for gain in range(best, floor, -1):
             row_gain = self._ask_gain(gain)
             if gain == best:
-                _seed_assignment(self.h, self.model, self.first)
+                _no_good(self.h, self.model, self.first)
             moves = self._ordered_at(gain)
-            if moves is None and self.work.left == 0:
-                gain, moves = best, self._as_found(best)
             if moves is not None:
-                note = _found_note(self.work, floor, gain, best, proven)
-                return self._outcome(moves, gain, proven, note)
+                return self._found(moves, floor, best, proven)
             if self.work.left == 0:
                 break
-            self.h.deleteRows(2, np.array([row_gain, row_gain + 1], dtype=np.int32))
+            self.h.deleteRows(1, np.array([row_gain], dtype=np.int32))
             if self.retries > MAX_RETRIES:
                 break
         if self.work.hit:
@@ -231,12 +252,24 @@ class _OrderSearch:
         why = f"the solver's assignments freeing more than {floor} had no valid order"
         return self._outcome(None, best, proven, why)
 
+    def _found(self, moves: list[Move], floor: int, best: int, proven: bool) -> ExactOutcome:
+        """The outcome of an ordered plan (the engine holds its final places)."""
+        gain = _freed(self.model.engine, self.model)
+        return self._outcome(moves, gain, proven, _found_note(self.work, floor, gain, max(best, gain), proven))
+
+    def _failed(self) -> None:
+        """One more assignment without an order: after LEAN_TRIES, moves that need not wait cost
+        nothing (more moves, more room made)."""
+        self.retries += 1
+        if self.retries == LEAN_TRIES:
+            self.h.changeColsCost(len(self.idx_away), self.idx_away, self.waits)
+
     def _outcome(self, moves: list[Move] | None, gain: int, proven: bool, why: str) -> ExactOutcome:
         seconds = time.perf_counter() - self.started
         return ExactOutcome(moves, gain, proven, self.retries, seconds, why, self.work)
 
     def _ask_gain(self, gain: int) -> int:
-        """Rows: `gain` GPUs freed, and moves <= k * (GPUs freed); the first row's index."""
+        """A row: `gain` GPUs freed at least; its index."""
         import numpy as np
 
         h, model = self.h, self.model
@@ -244,11 +277,6 @@ class _OrderSearch:
         bins = n_g - model.free_now - gain
         row_gain = int(h.getNumRow())
         h.addRow(-h.getInfinity(), float(bins), n_g, np.arange(n_g, dtype=np.int32), np.ones(n_g))
-        # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
-        k = float(model.options.max_moves_per_gpu)
-        idx = np.concatenate([self.idx_away, np.arange(n_g, dtype=np.int32)])
-        coef = np.concatenate([np.ones(len(self.idx_away)), np.full(n_g, k)])
-        h.addRow(-h.getInfinity(), k * (n_g - model.free_now), len(idx), idx, coef)
         return row_gain
 
     def _ordered_at(self, gain: int) -> list[Move] | None:
@@ -263,29 +291,15 @@ class _OrderSearch:
             moves = self._try(chosen)
             if moves is not None:
                 return moves
-            self.retries += 1
-            if self.retries == LEAN_TRIES:
-                h.changeColsCost(len(self.idx_away), self.idx_away, self.waits)
+            self._failed()
             _no_good(h, self.model, chosen)
         return None
 
     def _try(self, chosen: dict[int, int]) -> list[Move] | None:
         """`chosen`'s moves ordered and pruned, or None if they have no order."""
-        self.tried.add(frozenset(chosen.items()))
         engine = self.model.engine
         moves = _ordered(engine, chosen)
         return None if moves is None else _prune(engine, self.model, moves)
-
-    def _as_found(self, gain: int) -> list[Move] | None:
-        """With the work spent: the first step's assignment (freeing `gain`) as it is, ordered and
-        pruned, if it was not tried yet and keeps to max_moves_per_gpu once pruned."""
-        if frozenset(self.first.items()) in self.tried:
-            return None
-        moves = self._try(self.first)
-        if moves is not None and len(moves) > self.model.options.max_moves_per_gpu * gain:
-            self.model.engine.restore(list(self.model.engine.p_origin), [0] * len(self.model.engine.p_alloc))
-            return None
-        return moves
 
 
 def _waits(engine: Engine, p: int, g: int) -> bool:

@@ -143,9 +143,14 @@ class ExactModel:
         for name, js in sorted(by_node.items()):
             if name not in self.room:
                 continue
+            # Today's load of the movers at home here: each pod once, however many of this node's
+            # GPUs it has columns on. (Summed over columns, as until this was found, a pod with
+            # columns on all 8 of its node's GPUs counted 8 times: the row let pods into nodes
+            # without room, and such assignments have no order.)
+            at_home = {p for p, _ in (self.cols[j] for j in js) if e.g_node[e.p_origin[p][0]] == name}
             for dim, free in enumerate(scaled(self.room[name])):
                 need = np.array([scaled(e.p_res[self.cols[j][0]])[dim] for j in js])
-                home = sum(c for c, j in zip(need, js, strict=True) if e.g_node[e.p_origin[self.cols[j][0]][0]] == name)
+                home = sum(scaled(e.p_res[p])[dim] for p in sorted(at_home))
                 limit = float(max(free, home))
                 if need.sum() <= limit:
                     continue

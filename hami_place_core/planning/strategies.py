@@ -22,7 +22,11 @@ MAX_DEPTH deep): a pod that fits nowhere takes the place of up to two smaller po
 fitting GPU, and they move on first, recursively. So all one-move frees come before the two-move
 ones, and so on. In these passes a pod moves once and a GPU that received a pod is never emptied.
 Every target node must have the CPU, memory and pod slot the pod requests (kube-scheduler's
-NodeResourcesFit). Where nodes are short of them, two steps follow: single moves of small pods into
+NodeResourcesFit). Before the passes, a node whose GPU room no pod can use for want of CPU or
+memory sends one exclusive pod to an empty GPU of a roomy node, carrying its CPU and memory over (a
+*node-room exchange*, :mod:`~hami_place_core.planning.exchange`: one GPU freed, one taken); after
+the first round every exchange whose room nothing used is taken back.
+Where nodes are still short of it, two steps follow: single moves of small pods into
 other GPUs' free compute, kept only where they empty a GPU or make the room another free needs; and
 GPUs of one or two pods that could not be emptied are emptied together into an empty GPU of a roomy
 node, k of them freeing k - 1 GPUs (first fit decreasing; the first such move ``takes`` the GPU it
@@ -52,6 +56,7 @@ from __future__ import annotations
 from hami_place_core.fragmentation import WorkloadMix
 from hami_place_core.planning.engine import Engine, Record
 from hami_place_core.planning.evacuation import EJECT_SCAN, MAX_DEPTH
+from hami_place_core.planning.exchange import carries, keep_used
 from hami_place_core.planning.fgd import EngineFgd
 from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.ordering import sequence
@@ -59,6 +64,7 @@ from hami_place_core.planning.passes import evacuations, fresh_gpus, seeded, sin
 
 
 def free_gpus(engine: Engine, options: PlanOptions, mix: WorkloadMix) -> list[Move]:
+    carried = carries(engine, options)
     evacuations(engine, options, None)
     # Where nodes are short of CPU or memory, many GPUs cannot be emptied all at once, but single
     # moves into other GPUs' slack (each lowering FGD) still empty some, and GPUs of one or two
@@ -67,6 +73,7 @@ def free_gpus(engine: Engine, options: PlanOptions, mix: WorkloadMix) -> list[Mo
     fgd = EngineFgd(engine, mix)
     single_moves(engine, options, fgd, {n: fgd.node(n) for n in engine.node_gids}, only_frees=True)
     fresh_gpus(engine)
+    keep_used(engine, carried)
     # The first phase's plan is ordered only if it is the answer: a third of the ordering's time.
     places, events = engine.snapshot(), list(engine.p_event)
     # Second phase: pods already moving may be given another place at no extra move, and GPUs

@@ -60,8 +60,9 @@ def test_table_on_the_shipped_example() -> None:
     m = re.match(r"plan \(free-gpus\): (\d+) moves; whole GPUs free 736 -> (\d+), FGD 460\.10 -> ([\d.]+)", head)
     assert m, head
     moves, after = int(m.group(1)), int(m.group(2))
-    # 194 since moves respect node CPU and memory (docs/planner.md)
-    assert after - 736 >= 190 and moves <= 2 * (after - 736)
+    # 234 with the node-room exchanges (194 before), which cost moves that free nothing by themselves
+    # (docs/planner.md): 2.23 moves per GPU
+    assert after - 736 >= 230 and moves <= 2.5 * (after - 736)
     assert "#    POD" in out or "#  POD" in out.replace("  ", " ") or "POD" in out
     assert "whole GPUs free" in out and "FGD (GPUs)" in out and "planned in" in out
     early = re.search(r"stopping early .*: the first (\d+) moves free (\d+) GPUs, .*; all (\d+) free (\d+)", out)
@@ -164,7 +165,7 @@ def test_help_and_import_stay_light() -> None:
 
 @pytest.fixture
 def subset14(tmp_path: Path) -> str:
-    """16 nodes of the example where the exact planner frees 4 GPUs and the greedy one 3."""
+    """16 nodes of the example: the optimum frees 4 GPUs (the greedy planner without its exchanges 3)."""
     from tests.planner_fixtures import subset_raw
 
     nodes, pods = subset_raw()
@@ -172,21 +173,39 @@ def subset14(tmp_path: Path) -> str:
 
 
 def test_solver_choice_and_what_the_plan_says_about_it(subset14: str) -> None:
+    """The greedy planner, with its node-room exchanges, frees this subset's optimum (4): the exact
+    stage says it found nothing better, under exact and under auto."""
+    for solver in ("greedy", "exact", "auto"):
+        doc = json.loads(ok("--snapshot", subset14, "--solver", solver, "-o", "json"))
+        note = "" if solver == "greedy" else "exact planner: no assignment frees more"
+        assert (doc["solver"], doc["solverNote"], doc["gpusFreed"]) == ("greedy", note, 4), solver
+        nodes, pods, _ = load_snapshot(subset14)
+        assert check_moves(build_state(nodes, pods), moves_of(doc)) == []
+    table = ok("--snapshot", subset14, "--solver", "exact")
+    assert table.rstrip().endswith("by the greedy planner (exact planner: no assignment frees more)"), table[-300:]
+
+
+def test_the_exact_stage_and_its_note_where_the_greedy_plan_falls_short(
+    subset14: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the exchanges the greedy planner frees 3 there; the exact stage (auto's work budget
+    is enough since its single solve) frees the 4th, and the table and JSON say by which planner."""
+    from hami_place_core.planning import strategies
+
+    monkeypatch.setattr(strategies, "carries", lambda engine, options: [])
     exact = ok("--snapshot", subset14, "--solver", "exact")
     assert exact.rstrip().splitlines()[-1].startswith("planned in ")
     assert exact.rstrip().endswith("by the exact planner (exact planner: a MILP frees 4 (greedy 3))"), exact[-300:]
-    assert re.match(r"plan \(free-gpus\): \d+ moves; whole GPUs free (\d+) -> (\d+)", exact)
     greedy = json.loads(ok("--snapshot", subset14, "--solver", "greedy", "-o", "json"))
     assert (greedy["solver"], greedy["solverNote"], greedy["gpusFreed"]) == ("greedy", "", 3)
-    # auto's work budget (50 solver steps) runs out before the 4-GPU assignment is ordered: the
-    # greedy plan stays, and the note says what stopped and what to use instead.
     auto = json.loads(ok("--snapshot", subset14, "-o", "json"))
-    assert (auto["solver"], auto["gpusFreed"]) == ("greedy", 3)
-    assert auto["solverNote"].startswith("exact planner: stopped at its work limit (50 solver steps of 50"), auto
-    assert auto["solverNote"].endswith("the greedy plan frees 3; --solver exact works longer"), auto
+    assert (auto["solver"], auto["solverNote"], auto["gpusFreed"]) == (
+        "exact",
+        "exact planner: a MILP frees 4 (greedy 3)",
+        4,
+    )
     nodes, pods, _ = load_snapshot(subset14)
-    moves = moves_of(auto)
-    assert len(moves) <= 8 * 3 and check_moves(build_state(nodes, pods), moves) == []
+    assert check_moves(build_state(nodes, pods), moves_of(auto)) == []
 
 
 def test_solver_exact_without_highspy_is_a_user_error(subset14: str, monkeypatch: pytest.MonkeyPatch) -> None:

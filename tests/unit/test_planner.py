@@ -502,14 +502,17 @@ def test_the_shipped_example_plans_valid() -> None:
     s = build_state(nodes, pods)
     p = plan(s)
     # Its time is measured by bench/planner_bench.py (docs/benchmarks.md), not asserted here.
-    # Half the moves of a plan that ignored node CPU and memory did not fit (test below); 194 do.
-    assert p.gpus_freed >= 190 and len(p.moves) <= 2 * p.gpus_freed
+    # Half the moves of a plan that ignored node CPU and memory did not fit (test below); 234 do
+    # (194 before the node-room exchanges, with 1.7 moves per GPU: an exchange frees one GPU and
+    # takes one, so it is a move that frees nothing by itself; 2.23 per GPU now).
+    assert p.gpus_freed >= 230 and len(p.moves) <= 2.5 * p.gpus_freed
     assert not check_moves(s, list(p.moves))
     frees, takes = {f for m in p.moves for f in m.frees}, {t for m in p.moves for t in m.takes}
     assert p.gpus_freed == len(frees) - len(takes) and not frees & takes
     assert p.immovable == ()
-    # Cheapest frees first: the plan cut after its first 150 moves has freed 117 GPUs. In the
-    # order the places were chosen, moves that made room came early and 150 moves freed 85.
+    # Cheapest frees first: the plan cut after its first 150 moves has freed 111 GPUs (117 before
+    # the node-room exchanges). In the order the places were chosen, moves that made room came
+    # early and 150 moves freed 85.
     assert sum(len(m.frees) - len(m.takes) for m in p.moves[:150]) >= 110
 
 
