@@ -390,18 +390,27 @@ def test_leader_failover_in_the_middle_of_a_move_evicts_no_pod_twice(testbed: An
         )
         leader.kill()
         st = status_when(api, "ha", "both moves done by the new leader", lambda x: x.get("movesSucceeded") == 2, 180)
-        if st.get("movesFailed", 0):
+        made = placements_of(api, ns, "ha")
+        # The one loss a kill may cause: the killed replica was answering the in-flight move's
+        # replacement admission (the Service stand-in spreads webhook calls over both replicas, as a
+        # Service does). The pod webhook's failurePolicy is Ignore, so pod creation is never
+        # blocked: the replacement runs unpinned, the adopted move ends ReplacementNotPinned, and
+        # the autopilot plans again from the cluster as it is. Anything else failing is a defect.
+        failed = [p for p in made if (p.get("status") or {}).get("phase") == hp.FAILED]
+        lost = [p for p in failed if p["status"].get("reason") == "ReplacementNotPinned"]
+        if failed != lost or len(lost) > 1:
             print(json.dumps({"recentMoves": st.get("recentMoves"), "failedPods": st.get("failedPods")}, indent=1))
-            for p in placements_of(api, ns, "ha"):
+            for p in made:
                 print(json.dumps(p.get("status"), indent=1))
             print(s.logs())  # shown in full under "Captured stdout call"
-        assert st.get("movesFailed", 0) == 0
-        made = placements_of(api, ns, "ha")
+        assert failed == lost and len(lost) <= 1, [p["status"].get("reason") for p in failed]
+        assert all(p["metadata"]["name"] == flight["placement"].split("/", 1)[1] for p in lost)
+        assert st.get("movesFailed", 0) == len(lost)
         pods = [p["spec"]["evictPod"] for p in made]
-        assert len(made) == 2 and len(set(pods)) == 2, pods  # one placement, so one eviction, per move
+        assert len(made) == 2 + len(lost) and len(set(pods)) == len(made), pods  # one eviction per pod
         assert any(p["metadata"]["name"] == flight["placement"].split("/", 1)[1] for p in made)
         started = [e.message for e in policy_events(api, "ha") if e.reason == "MoveStarted"]
-        assert len(started) == 2, started
+        assert len(started) == len(made), started
         assert sum(f"moving {flight['pod']} " in m for m in started) == 1, started  # adopted, not re-started
     finally:
         allocator.stop()
