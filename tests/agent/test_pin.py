@@ -26,6 +26,16 @@ def custom(api):
     return client.CustomObjectsApi(api)
 
 
+def dry_run_answer(api, ns: str, body: dict) -> tuple[int, str]:
+    """(201, "") when the API server and the agent accept the placement (server dry run), else the
+    status and the message."""
+    try:
+        custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, body, dry_run="All")
+        return 201, ""
+    except ApiException as e:
+        return e.status, json.loads(e.body)["message"]
+
+
 @pytest.mark.hami
 def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed, request) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -439,11 +449,7 @@ def test_a_cordoned_node_is_refused_until_uncordoned(api, ans, testbed, request)
     body = placement("cordoned", "cordoned-01", {"app": "nothing-yet"}, node.name, ["gpu-0"])
 
     def answer() -> tuple[int, str]:
-        try:
-            custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
-            return 201, ""
-        except ApiException as e:
-            return e.status, json.loads(e.body)["message"]
+        return dry_run_answer(api, ans, body)
 
     _, message = wait_for("the cordon seen", lambda: (a := answer())[0] == 422 and a, 20)
     assert message.endswith(
@@ -481,11 +487,7 @@ def test_a_node_the_pods_tolerations_exclude_is_refused_until_the_taint_goes(api
     body = placement("tainted", "tainted-01", {"app": "tol"}, node.name, ["gpu-0"])
 
     def answer() -> tuple[int, str]:
-        try:
-            custom(api).create_namespaced_custom_object(hp.GROUP, hp.VERSION, ans, hp.PLURAL, body, dry_run="All")
-            return 201, ""
-        except ApiException as e:
-            return e.status, json.loads(e.body)["message"]
+        return dry_run_answer(api, ans, body)
 
     _, message = wait_for("the taint seen", lambda: (a := answer())[0] == 422 and "taint" in a[1] and a, 30)
     assert message.endswith(
