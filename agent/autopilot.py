@@ -30,7 +30,7 @@ import logging
 from typing import Any
 
 from agent import metrics
-from agent.autopilot_plan import Decision, decide
+from agent.autopilot_plan import Decision, decide, surge_leaving
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.events import EventRecorder
@@ -165,6 +165,7 @@ class Autopilot:
             dp.cooling_pods(status, now),
             self.settings.excluded_namespaces,
             now,
+            surge_leaving(self.cache.all_placements()),
         )
         metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="planned" if decision.trigger else "idle").inc()
         await self._act(obj, policy, status, decision, now)

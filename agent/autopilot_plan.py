@@ -55,15 +55,33 @@ def _options(policy: Policy, kept: Mapping[str, str], excluded: Iterable[str]) -
     )
 
 
+def surge_leaving(placements: Iterable[hp.Placement]) -> dict[str, str]:
+    """The old pods surges are removing, by key: the Deployment is already back to its count, but
+    the pod stays in the cache (not even terminating) until the ReplicaSet controller deletes it,
+    and a plan made in that window would move it again."""
+    return {
+        f"{p.namespace}/{p.status.remove_pod}": f"being removed by surge placement {p.key}"
+        for p in placements
+        if p.status.remove_pod and p.phase in (hp.SCALING_DOWN, hp.COMPLETED)
+    }
+
+
 def kept_pods(
-    policy: Policy, state: ClusterState, pods: Mapping[str, Mapping[str, Any]], cooling: Mapping[str, str]
+    policy: Policy,
+    state: ClusterState,
+    pods: Mapping[str, Mapping[str, Any]],
+    cooling: Mapping[str, str],
+    leaving: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Pods the plan must leave alone: outside the policy's selector, or their move failed recently."""
+    """Pods the plan must leave alone: outside the policy's selector, their move failed recently,
+    or a surge is removing them (`leaving`)."""
     kept = {}
     for key in state.pods:
         pod = pods.get(key)
         why = cooling.get(key) or cooling.get(hp.workload_key(pod) or "")
-        if why is not None:
+        if leaving and key in leaving:
+            kept[key] = leaving[key]
+        elif why is not None:
             kept[key] = f"its move (or its workload's) failed within the hour ({why or 'no reason recorded'})"
         elif pod is None or not policy.selects_pod(pod):
             kept[key] = f"not selected by policy {policy.name}"
@@ -146,10 +164,11 @@ def decide(
     cooling: Mapping[str, str],
     excluded: Iterable[str],
     now: dt.datetime,
+    leaving: Mapping[str, str] | None = None,
 ) -> Decision:
     """The trigger that fires for `policy` and the plan for it (see the module docstring)."""
     view = pool(policy, state)
-    options = _options(policy, kept_pods(policy, view, pods, cooling), excluded)
+    options = _options(policy, kept_pods(policy, view, pods, cooling, leaving), excluded)
     if policy.pending_after is not None:
         candidates = (
             pod

@@ -68,6 +68,9 @@ def pool(pilot: AgentSet, testbed: Any, api: Any, request: pytest.FixtureRequest
             # One at a time: each sees the GPUs the earlier ones took, so spread puts it on a free one.
             wait_for(f"slice-{i} allocated", lambda i=i: allocated(core, ns, f"app=slice-{i}"), 60)
         assert whole_free(core, ns, node) == 1
+        # Rolled out too, as `kubectl rollout status` says: a surge refuses a Deployment whose status
+        # has not caught up ("mid-rollout"), and under load the Deployment controller lags the pods.
+        wait_for("the Deployments rolled out", lambda: all(rolled_out(apps, ns, f"slice-{i}") for i in range(3)), 60)
         yield {"ns": ns, "node": node, "api": api}
     finally:
         allocator.stop()
@@ -79,6 +82,17 @@ def pool(pilot: AgentSet, testbed: Any, api: Any, request: pytest.FixtureRequest
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
+def rolled_out(apps: Any, ns: str, name: str) -> bool:
+    d = apps.read_namespaced_deployment(name, ns)
+    st, want = d.status, d.spec.replicas
+    return bool(
+        (st.observed_generation or 0) >= (d.metadata.generation or 0)
+        and (st.updated_replicas or 0) == want
+        and (st.replicas or 0) == want
+        and (st.available_replicas or 0) == want
+    )
+
+
 def allocated(core: Any, ns: str, selector: str) -> list[Any]:
     return [
         p
@@ -325,8 +339,10 @@ def test_move_strategy_auto_surges_where_a_pdb_blocks_every_eviction(pool: dict[
     st = status_when(
         api, "surging", "two moves done", lambda s: s.get("movesSucceeded") == 2 and s.get("state") == "Idle", 180
     )
-    assert st.get("movesFailed", 0) == 0, st
     made = placements_of(api, ns, "surging")
+    assert st.get("movesFailed", 0) == 0, json.dumps(
+        {"failedPods": st.get("failedPods"), "placements": [p.get("status") for p in made]}, indent=1
+    )
     assert [(p["spec"]["strategy"], p["status"]["strategy"], p["status"]["phase"]) for p in made] == [
         ("Auto", "Surge", hp.COMPLETED)
     ] * 2, [p["status"] for p in made]

@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from agent.autopilot import _record_result, _with, create_retry_open, move_placement_name
-from agent.autopilot_plan import decide, whole_free_gpus
+from agent.autopilot_plan import decide, surge_leaving, whole_free_gpus
 from hami_place_core.defrag_policy import parse_policy
 from hami_place_core.state import build_state
 from tests.planner_fixtures import node, pod
@@ -58,6 +58,29 @@ def test_free_gpu_trigger_plans_the_moves_that_free_gpus() -> None:
 def test_no_trigger_no_plan() -> None:
     state, pods = scattered()
     assert decide(policy(triggers={"freeGPUs": {"below": 1}}), state, pods, {}, [], NOW).trigger == ""
+
+
+def test_the_old_pod_a_surge_is_removing_is_never_planned_again() -> None:
+    """After a surge scaled its Deployment back down, the old pod stays in the cache (not even
+    terminating) until the ReplicaSet controller deletes it: a plan made then must leave it alone
+    (it moved the same pod twice, and the second move failed as "pod is gone")."""
+    from hami_place_core.placement import Placement
+
+    def surge(phase: str, remove: str) -> Placement:
+        spec = {"reqID": "abcde", "podSelector": {"matchLabels": {"app": "x"}}, "nodeName": "n0", "evictPod": remove}
+        status = {"phase": phase, "strategy": "Surge", "removePod": remove}
+        return Placement.from_object(
+            {"metadata": {"name": f"mv-{remove}", "namespace": "ns"}, "spec": spec, "status": status}
+        )
+
+    leaving = surge_leaving([surge("Completed", "s0"), surge("ScalingDown", "s1"), surge("Failed", "s2")])
+    assert leaving == {
+        "ns/s0": "being removed by surge placement ns/mv-s0",
+        "ns/s1": "being removed by surge placement ns/mv-s1",
+    }
+    state, pods = scattered()
+    d = decide(policy(), state, pods, {}, [], NOW, leaving)
+    assert d.moves and all(m.pod not in leaving for m in d.moves), d.moves
 
 
 def test_pods_outside_the_selector_and_cooling_pods_stay() -> None:
