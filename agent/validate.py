@@ -29,7 +29,7 @@ from hami_place_core.planning.constraints import scheduling_refusal, tolerates
 from hami_place_core.problems import Code, Problem, has_code, messages
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.selectors import SelectorError, matches
-from hami_place_core.state import NodeState, pod_allocation
+from hami_place_core.state import NodeState, PodAllocation, pod_allocation
 from hami_place_core.targets import TargetError, TargetSpec, resolve
 
 log = logging.getLogger("hami_place.agent.validate")
@@ -309,7 +309,9 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mo
                 f"run kubectl uncordon {node.name} first",
             )
         ]
-    refusal = _node_constraints(sample, node)
+    # Decoded once: the pod's scheduling constraints here, the mover's own usage below.
+    sample_alloc = pod_allocation(sample) if sample else None
+    refusal = _node_constraints(sample_alloc, node)
     if refusal:
         return [refusal]
     try:
@@ -321,7 +323,7 @@ def check_target(cache: ClusterCache, p: Placement, warnings: list[str], keep_mo
         return problems
     # The usage of the pod being moved does not count against its own target.
     usage = {g.uuid: (node.usage.get(g.uuid) or GpuUsage()).copy() for g in gpus}
-    alloc = pod_allocation(mover) if mover else None
+    alloc = sample_alloc if mover else None  # the sample is the mover when there is one
     if alloc and alloc.node == node.name and not keep_mover:
         for uuid, (slots, mem, cores) in alloc.per_gpu.items():
             if uuid in usage:
@@ -401,11 +403,10 @@ def check_evict_pod(cache: ClusterCache, p: Placement) -> list[Problem]:
     return problems
 
 
-def _node_constraints(pod: dict[str, Any] | None, node: NodeState) -> Problem | None:
+def _node_constraints(alloc: PodAllocation | None, node: NodeState) -> Problem | None:
     """kube-scheduler's NodeAffinity and TaintToleration filters for the pod (the one moved, or one
     the selector matches) on the target: the pinned pod ANDs the pin into its own constraints, so a
     node they exclude would leave it Pending (and a move would have evicted its pod for nothing)."""
-    alloc = pod_allocation(pod) if pod else None
     why = scheduling_refusal(alloc, node) if alloc else None
     if alloc is None or why is None:
         return None

@@ -48,13 +48,15 @@ def run(cmd: list[str], **kw: object) -> None:
     subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
 
 
-def image_exists(ref: str) -> bool:
-    return subprocess.run(["podman", "image", "exists", ref], check=False).returncode == 0
+def image_id(ref: str) -> str:
+    """The local image's ID, "" when there is none."""
+    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def build_base(rebuild: bool = False) -> str:
     """Debian bookworm with Python, from debootstrap, as a local image (about 50 s and 180 MB)."""
-    if image_exists(BASE_IMAGE) and not rebuild:
+    if image_id(BASE_IMAGE) and not rebuild:
         return BASE_IMAGE
     with tempfile.TemporaryDirectory(prefix="hami-place-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
@@ -68,11 +70,6 @@ def build_base(rebuild: bool = False) -> str:
         if tar.wait() != 0:
             raise SystemExit("tar of the debootstrap root failed")
     return BASE_IMAGE
-
-
-def image_id(ref: str) -> str:
-    proc = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def build(base: str | None, ref: str) -> str:

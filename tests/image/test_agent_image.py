@@ -20,7 +20,6 @@ import os
 import secrets
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from testbed import debian_packages
 from testbed.allocation import start_allocator
+from testbed.chart import run_helm
 from testbed.ci import unavailable
 from testbed.cluster import WEBHOOK_CLIENT_CN, TestBed
 from testbed.crd import install_crd
@@ -107,17 +107,7 @@ def test_the_image_refuses_to_start_outside_a_pod_in_one_line(agent_image: str) 
 
 
 def _helm(testbed: TestBed, *args: str) -> str:
-    with tempfile.TemporaryDirectory(prefix="hami-place-helm-") as home:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
-        env.update({v: str(Path(home) / v.lower()) for v in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")})
-        proc = subprocess.run(
-            [str(testbed.binary("helm")), "--kubeconfig", str(testbed.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
+    proc = run_helm(testbed.binary("helm"), "--kubeconfig", str(testbed.kubeconfig), *args, timeout=300)
     assert proc.returncode == 0, f"helm {' '.join(args[:3])}: {proc.stderr}"
     return proc.stdout
 
