@@ -34,6 +34,13 @@ has an order, and the note says it is not proven optimal:
 3. *Only the moves needed*: last move first, a pod goes back home where the plan then frees as
    many GPUs and still has an order.
 
+Where step 1 spends its work without an assignment freeing more than the greedy plan, a second
+attempt (SECOND_WORK times `auto`'s budget more): a row asks for one GPU more than the greedy
+plan, the moves-per-freed-GPU row is left out and HiGHS stops at its first solution (a reshuffle
+of most movable pods, found in a few dozen steps where the capped model needed thousands); from
+there the lexicographic objective shortens it; then steps 2 and 3, with the limit checked on each
+ordered plan and added as a row for the re-solves.
+
 Only pods with one GPU container on one shared GPU move (as in the bounds); multi-GPU pods and
 exclusive requests stay put. HiGHS (``highspy``) is optional: without it, or on a state too large
 for it (``EXACT_MAX_PAIRS``, ``EXACT_MAX_COLUMNS``), ``plan()`` keeps the greedy plan.
@@ -85,6 +92,16 @@ MOVE_COST = 0.05
 LEAN_TRIES = 3
 # Sets of moves the order search may look at for one assignment.
 ORDER_BUDGET = 5_000
+# Where the lexicographic solve spends its work without a better plan, a second attempt that
+# finds any assignment freeing more first and then shortens it (_OrderSearch.find) gets
+# SECOND_WORK times `auto`'s budget more, 1/FIND_SHARE of it for the finding, the rest once found. On issue
+# 22's MILP subsets (docs/planner.md) it freed the one GPU the first attempt missed with 100 steps
+# (20 to find a 40-move reshuffle, 24 to cut it to 9 moves, one over the limit, 56 for a 6-move
+# plan under the limit as a row); once the budget of `auto` was not enough.
+SECOND_WORK = 2
+FIND_SHARE = 4
+# HiGHS's default for mip_max_improving_sols (no limit), restored after the first solution.
+_UNLIMITED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -118,7 +135,10 @@ def available() -> bool:
 def work_budget(options: PlanOptions, columns: int) -> int:
     """Solver steps for one plan over a model of `columns` pod-GPU columns: `auto` less than
     `exact` (see AUTO_WORK), more for models under SMALL_MODEL_COLUMNS."""
-    steps = EXACT_WORK if options.solver == "exact" else AUTO_WORK
+    return _scaled(EXACT_WORK if options.solver == "exact" else AUTO_WORK, columns)
+
+
+def _scaled(steps: int, columns: int) -> int:
     return max(steps, steps * SMALL_MODEL_COLUMNS // max(columns, 1))
 
 
@@ -147,19 +167,48 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     cut = _bins_cut(engine, options, model, work)
     if work.left == 0:
         return outcome(0, False, _gave_up(work, options, floor))
+    first = _attempt(model, cut, floor, started, work, seed)
+    if first.moves is not None or first.proven or not work.hit:
+        return first
+    # The lexicographic solve spent its work without a better plan: look for any assignment
+    # freeing more first, then shorten it (_OrderSearch.find), with more work.
+    more = SECOND_WORK * _scaled(AUTO_WORK, len(model.cols))
+    work.extend(more // FIND_SHARE)
+    second = _attempt(model, cut, floor, started, work, (), find_first=more - more // FIND_SHARE)
+    if second.moves is not None or second.proven:
+        return second
+    best = max(first.gain, second.gain)
+    return outcome(best, False, _gave_up(work, options, floor, best))
+
+
+def _attempt(
+    model: ExactModel, cut: int | None, floor: int, started: float, work: WorkLimit, seed: Sequence[Move],
+    find_first: int | None = None,
+) -> ExactOutcome:  # fmt: skip
+    """One search for a plan freeing more than `floor`, from a fresh model: the lexicographic
+    solve from `seed`'s places, or with `find_first` (the work added once an assignment is found)
+    any assignment freeing more first, then shorter ones."""
+    options = model.options
+
+    def outcome(gain: int, proven: bool, why: str) -> ExactOutcome:
+        return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
+
     h = model.build(cut)
     search = _OrderSearch(h, model, started, work)
-    _seed(h, model, seed)
-    work.run(h)
-    if not _has_solution(h):
-        return outcome(0, False, _gave_up(work, options, floor) if work.hit else "the solver found no assignment")
-    n_g = len(model.counted)
-    values = h.getSolution().col_value
-    used = round(sum(values[:n_g]))
-    best = n_g - used - model.free_now
-    # Proven: no assignment keeps fewer GPUs in use. Any such one would cost at most
-    # weight * (used - 1) + weight - 1 (the second objective stays under the weight).
-    proven = h.getInfo().mip_dual_bound > search.weight * used - 1 + 1e-6
+    if find_first is not None:
+        status = search.find(floor)
+        if status == "infeasible":
+            return outcome(floor, True, "no assignment frees more")
+        if status is not None:
+            if work.hit:
+                return outcome(floor, False, _gave_up(work, options, floor))
+            return outcome(floor, False, "the solver found none that frees more within its node limit")
+        work.extend(find_first)
+    else:
+        search.lexicographic(seed)
+        if not _has_solution(h):
+            return outcome(0, False, _gave_up(work, options, floor) if work.hit else "the solver found no assignment")
+    best, proven = search.improve()
     if best <= floor:
         if proven:
             return outcome(best, True, "no assignment frees more")
@@ -191,16 +240,23 @@ def _found_note(work: WorkLimit, floor: int, gain: int, best: int, proven: bool)
 
 
 class _OrderSearch:
-    """Steps 1 and 2 of :func:`solve`, as one lexicographic objective: the fewest GPUs in use
-    first, then, among the assignments keeping that few, the fewest moves that must wait for
-    another (plus MOVE_COST per other move for the first LEAN_TRIES tries), with at most
-    max_moves_per_gpu moves per freed GPU as a row. The first solve's assignment is tried first;
-    without an order it is cut off and HiGHS solves again, with the gain fixed; then one GPU
-    less, down to one more than the floor. Not the fewest moves: those assignments are the ones
-    that swap pods between full nodes, which no order can make (on the openb subsets most had
-    none); the moves an ordered plan did not need are dropped afterwards (_prune). Every solve
-    spends from the plan's `work`; when it runs out mid-solve, the solve's incumbent (the best
-    assignment found) is tried as it is."""
+    """Steps 1 and 2 of :func:`solve`. First *any* assignment freeing more than the greedy plan
+    (:meth:`find`: a row asks for one GPU more, the objective is only the GPUs in use, and HiGHS
+    stops at its first solution), then, from there, one lexicographic objective (:meth:`improve`):
+    the fewest GPUs in use first, then the fewest moves that must wait for another (plus MOVE_COST
+    per other move for the first LEAN_TRIES tries). The moves-per-freed-GPU limit is not a row
+    while the solver looks for the first assignment: with it, an assignment freeing one GPU more
+    may make only max_moves_per_gpu moves, and HiGHS needed 3,000-6,000 steps to find the one
+    such on some openb subsets, where without it the first (a reshuffle of most movable pods)
+    comes in about 20 and the second solve cuts it down to a short plan in about 25 more. The
+    limit is checked on each ordered, pruned plan, and is a row for the re-solves.
+
+    The assignment found is tried first; without an order (or over the limit) it is cut off and
+    HiGHS solves again, with the gain fixed; then one GPU less, down to one more than the floor.
+    Not the fewest moves: those assignments are the ones that swap pods between full nodes, which
+    no order can make (on the openb subsets most had none); the moves an ordered plan did not
+    need are dropped afterwards (_prune). Every solve spends from the plan's `work`; when it runs
+    out mid-solve, the solve's incumbent (the best assignment found) is tried as it is."""
 
     def __init__(self, h: Any, model: ExactModel, started: float, work: WorkLimit) -> None:
         import numpy as np
@@ -208,6 +264,7 @@ class _OrderSearch:
         self.h, self.model, self.started, self.work = h, model, started, work
         self.first: dict[int, int] = {}
         self.retries = 0
+        self.capped = False  # the moves-per-freed-GPU row is in the model
         n_g = len(model.counted)
         self.idx_away = np.array([model.x0 + j for j in model.away], dtype=np.int32)
         # Fewest moves that must wait for others: a move whose target GPU or node has no room for
@@ -220,8 +277,61 @@ class _OrderSearch:
         # first alone did, where solving for the second with the gain fixed took three times that.
         self.weight = float(len(model.movers) + 1)
         h.changeColsCost(n_g, np.arange(n_g, dtype=np.int32), np.full(n_g, self.weight))
-        h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
-        # moves <= k * (GPUs freed), with GPUs freed = counted - free now - sum(y)
+
+    def find(self, floor: int) -> str | None:
+        """Solve for the first assignment freeing more than `floor`: None when there is one (in
+        the model's solution), else "infeasible" (proven: none exists) or "stopped" (the work or
+        the node limit ran out first). The row asking for it stays for every later solve."""
+        import highspy
+        import numpy as np
+
+        h = self.h
+        self._ask_gain(floor + 1)
+        h.changeColsCost(len(self.idx_away), self.idx_away, np.zeros(len(self.idx_away)))
+        h.setOptionValue("mip_max_improving_sols", 1)
+        self.work.run(h)
+        h.setOptionValue("mip_max_improving_sols", _UNLIMITED)
+        if _has_solution(h):
+            return None
+        return "infeasible" if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible else "stopped"
+
+    def lexicographic(self, seed: Sequence[Move]) -> None:
+        """One solve for the lexicographic objective with the moves-per-freed-GPU row from the
+        start, from `seed`'s final places (the greedy plan's)."""
+        import numpy as np
+
+        self._cap_moves()
+        self.h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+        _seed(self.h, self.model, seed)
+        self.work.run(self.h)
+
+    def improve(self) -> tuple[int, bool]:
+        """From the assignment found, the lexicographic objective: the GPUs the best assignment
+        found frees, and whether the solver proved that none frees more."""
+        import numpy as np
+
+        h, model = self.h, self.model
+        if not self.capped:
+            h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+            if self.work.left > 0:
+                h.setSolution(h.getSolution())
+                self.work.run(h)
+        n_g = len(model.counted)
+        used = round(sum(h.getSolution().col_value[:n_g]))
+        # Proven: no assignment keeps fewer GPUs in use. Any such one would cost at most
+        # weight * (used - 1) + weight - 1 (the second objective stays under the weight).
+        proven = h.getInfo().mip_dual_bound > self.weight * used - 1 + 1e-6
+        return n_g - used - model.free_now, proven
+
+    def _cap_moves(self) -> None:
+        """The row: moves <= max_moves_per_gpu * (GPUs freed), for the re-solves."""
+        import numpy as np
+
+        if self.capped:
+            return
+        self.capped = True
+        h, model = self.h, self.model
+        n_g = len(model.counted)
         k = float(model.options.max_moves_per_gpu)
         idx = np.concatenate([self.idx_away, np.arange(n_g, dtype=np.int32)])
         coef = np.concatenate([np.ones(len(self.idx_away)), np.full(n_g, k)])
@@ -235,6 +345,7 @@ class _OrderSearch:
         if moves is not None:
             return self._found(moves, floor, best, proven)
         self._failed()
+        self._cap_moves()
         for gain in range(best, floor, -1):
             row_gain = self._ask_gain(gain)
             if gain == best:
@@ -297,9 +408,14 @@ class _OrderSearch:
 
     def _try(self, chosen: dict[int, int]) -> list[Move] | None:
         """`chosen`'s moves ordered and pruned, or None if they have no order."""
-        engine = self.model.engine
+        engine, model = self.model.engine, self.model
         moves = _ordered(engine, chosen)
-        return None if moves is None else _prune(engine, self.model, moves)
+        if moves is not None:
+            moves = _prune(engine, model, moves)
+            if len(moves) > model.options.max_moves_per_gpu * _freed(engine, model):
+                engine.restore(list(engine.p_origin), [0] * len(engine.p_alloc))
+                return None
+        return moves
 
 
 def _waits(engine: Engine, p: int, g: int) -> bool:

@@ -52,6 +52,12 @@ class WorkLimit:
     def left(self) -> int:
         return max(0, self.limit - self.checks)
 
+    def extend(self, checks: int) -> None:
+        """`checks` more steps for the solves still to come (from what was spent: a solve may
+        overrun the limit by a few checks before its interrupt is seen)."""
+        self.limit = max(self.limit, self.checks) + checks
+        self.hit = False
+
     def run(self, h: Any, cap: int | None = None) -> None:
         """``h.run()``, interrupted at the check that spends the budget (or `cap` checks of this
         run); adds what the run used."""
