@@ -4,7 +4,10 @@ the shipped example."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from hami_place_core import annotations as ann
@@ -13,7 +16,7 @@ from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import Move, apply_moves, check_moves
 from hami_place_core.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
 from hami_place_core.snapshot import load_snapshot
-from hami_place_core.state import ClusterState
+from hami_place_core.state import ClusterState, build_state
 
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA-Tesla T4", 15360)
@@ -126,3 +129,12 @@ def moves_of(doc: dict[str, Any]) -> list[Move]:
         )
         for m in doc["moves"]
     ]
+
+
+def openb_subset(name: str) -> ClusterState:
+    """A 16-node subset of a replayed openb state, as the planner benchmark drew it
+    (tests/unit/data/openb-<name>-subset.json.gz: the nodes and pods as the replay wrote them;
+    the openb trace is CC BY 4.0, docs/openb.md). Where each comes from: the tests using it."""
+    with gzip.open(Path(__file__).parent / "unit" / "data" / f"openb-{name}-subset.json.gz", "rt") as f:
+        doc = json.load(f)
+    return build_state(doc["nodes"], doc["pods"])

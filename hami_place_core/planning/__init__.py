@@ -16,6 +16,7 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``strategies``: the greedy planner's objectives (free-gpus, fragmentation) as passes in order;
 - ``exchange``: node-room exchanges: an exclusive pod carried off a CPU- or memory-full node to an
   empty GPU of a roomy node, so that other pods can use the full node's GPU room;
+- ``chains``: seed chains: several empty GPUs of roomy nodes taken in turn, one GPU more freed;
 - ``passes``: evacuations by cost, pairing into an empty GPU, seeded evacuations, single moves;
 - ``fgd``: the FGD of a node over the engine's arrays (the formula is
   :func:`hami_place_core.fragmentation.node_fgd`);

@@ -62,7 +62,7 @@ def evacuations(engine: Engine, options: PlanOptions, accept: Accept | None) -> 
                 changes += 1
 
 
-def _roomy_empties(engine: Engine) -> list[int]:
+def roomy_empties(engine: Engine) -> list[int]:
     """Empty GPUs that count as free and received nothing, those of the roomiest nodes (CPU, then
     memory) first: where pods of CPU-full nodes can go together."""
 
@@ -93,7 +93,7 @@ def fresh_gpus(
     load = {g: engine.g_use[g].usedcores for g in items}
     items.sort(key=lambda g: (-load[g], len(engine.g_pods[g]), g))
     idle = 0
-    for e in _roomy_empties(engine):
+    for e in roomy_empties(engine):
         if len(items) < 2 or idle >= patience or engine.max_moves - engine.moves_made < 2:
             return
         # Only GPUs whose pods may all go to e (GPU type, UUID and node selectors) can pair there.
@@ -219,7 +219,7 @@ def seeded(engine: Engine, options: PlanOptions, patience: int = 2, most_pods: i
     seen: set[tuple[str, str, int]] = set()
     idle = 0
     listed: list[int] | None = None  # candidates(), kept while every try is rolled back
-    for e in _roomy_empties(engine):
+    for e in roomy_empties(engine):
         d, node = engine.g_dev[e], engine.g_node[e]
         if (node, d.type, d.devmem) in seen:
             continue

@@ -54,6 +54,7 @@ in ``PlanOptions.workload_moves_used`` so disruption limits hold across re-plans
 from __future__ import annotations
 
 from hami_place_core.fragmentation import WorkloadMix
+from hami_place_core.planning.chains import seed_chains
 from hami_place_core.planning.engine import Engine, Record
 from hami_place_core.planning.evacuation import EJECT_SCAN, MAX_DEPTH
 from hami_place_core.planning.exchange import carries, keep_used
@@ -88,6 +89,7 @@ def free_gpus(engine: Engine, options: PlanOptions, mix: WorkloadMix) -> list[Mo
     evacuations(engine, options, None)
     engine.reroute = False
     seeded(engine, options)
+    seed_chains(engine, options)
     if len(engine.evacuated) > freed:
         second = sequence(engine)
         if second is not None:

@@ -25,11 +25,13 @@ from tests.planner_fixtures import node, pod, replay, subset_raw
 @pytest.fixture(autouse=True)
 def _no_carries(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests show the exact planner freeing what the greedy one misses. Since the greedy
-    planner's node-room exchanges (planning/exchange.py) it frees this subset's optimum itself
-    (test_planner_exchange.py): here it runs without them, as before them."""
+    planner's node-room exchanges (planning/exchange.py) and, each alone, its seed chains
+    (planning/chains.py) it frees this subset's optimum itself (test_planner_exchange.py,
+    test_planner_chains.py): here it runs without both, as before them."""
     from hami_place_core.planning import strategies
 
     monkeypatch.setattr(strategies, "carries", lambda engine, options: [])
+    monkeypatch.setattr(strategies, "seed_chains", lambda engine, options: None)
 
 
 def subset() -> ClusterState:

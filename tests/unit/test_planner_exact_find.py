@@ -13,10 +13,7 @@ solve stops at its budget with nothing better; without the row it finds one at o
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,16 +21,12 @@ import pytest
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning import exact as planner_exact
 from hami_place_core.planning.highs import WorkLimit
-from hami_place_core.state import ClusterState, build_state
-from tests.planner_fixtures import replay
-
-DATA = Path(__file__).parent / "data" / "openb-gpuspec10-subset.json.gz"
+from hami_place_core.state import ClusterState
+from tests.planner_fixtures import openb_subset, replay
 
 
 def gpuspec10_subset() -> ClusterState:
-    with gzip.open(DATA, "rt") as f:
-        doc = json.load(f)
-    return build_state(doc["nodes"], doc["pods"])
+    return openb_subset("gpuspec10")
 
 
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[planner_exact.ExactOutcome]:
