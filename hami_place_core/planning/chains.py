@@ -71,10 +71,12 @@ class _Search:
 
     def _items(self) -> list[int]:
         e = self.engine
+        # A GPU in use with no pod the state knows of (usage from an annotation whose pod is gone
+        # or unreadable) is "emptied" by no move and stays in use: never a link of a chain.
         return [
             x
             for x in candidates(e)
-            if len(e.g_pods[x]) <= CHAIN_PODS and not e.g_seed[x] and not e.g_locked[x] and e.is_open(x)
+            if 0 < len(e.g_pods[x]) <= CHAIN_PODS and not e.g_seed[x] and not e.g_locked[x] and e.is_open(x)
         ]
 
 
@@ -91,8 +93,8 @@ def seed_chains(engine: Engine, options: PlanOptions) -> None:
     try:
         while engine.moves_made < engine.max_moves:
             search = _Search(engine, seeds, cap)
-            if search.run(0, []) is None:
-                break
+            if not search.run(0, []):
+                break  # none found (or, defensively, one of no moves: it would be found again)
             # The empty GPUs the chain took stay offered (they are in use now); the next chain
             # counts only the ones still empty.
             seeds = [s for s in seeds if not engine.g_pods[s]]

@@ -70,3 +70,18 @@ def test_chains_free_the_optimum_of_another_subset(monkeypatch: pytest.MonkeyPat
     assert freed == 4 and sum(frees) - sum(takes) == 4
     monkeypatch.setattr(strategies, "seed_chains", lambda engine, options: None)
     assert greedy(state)[0] == 3
+
+
+def test_a_gpu_in_use_without_a_known_pod_is_no_link() -> None:
+    # Usage with no pod the state knows of (a hostile or stale annotation, as the fuzz test makes):
+    # "emptying" it takes no move and leaves it in use. Once a chain of no moves was found
+    # again and again, for ever (tests/unit/test_untrusted_fuzz.py hung on two seeds).
+    from hami_place_core.planning.engine import Engine
+    from hami_place_core.state import build_state
+    from tests.planner_fixtures import node
+
+    engine = Engine(build_state([node("n1", 2), node("n2", 2)], []), PlanOptions())
+    engine.g_use[0].used, engine.g_use[0].usedcores = 1, 30
+    chains.seed_chains(engine, PlanOptions())
+    assert (engine.moves_made, engine.evacuated) == (0, [])
+    assert not any(engine.g_seed)
