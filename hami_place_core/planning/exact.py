@@ -34,8 +34,8 @@ has an order, and the note says it is not proven optimal:
 3. *Only the moves needed*: last move first, a pod goes back home where the plan then frees as
    many GPUs and still has an order.
 
-Where step 1 spends its work without an assignment freeing more than the greedy plan, a second
-attempt (SECOND_WORK times `auto`'s budget more): a row asks for one GPU more than the greedy
+Where step 1 spends its work without finding an assignment freeing more than the greedy plan, a
+second attempt (SECOND_WORK times `auto`'s budget more): a row asks for one GPU more than the greedy
 plan, the moves-per-freed-GPU row is left out and HiGHS stops at its first solution (a reshuffle
 of most movable pods, found in a few dozen steps where the capped model needed thousands); from
 there the lexicographic objective shortens it; then steps 2 and 3, with the limit checked on each
@@ -168,10 +168,11 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     if work.left == 0:
         return outcome(0, False, _gave_up(work, options, floor))
     first = _attempt(model, cut, floor, started, work, seed)
-    if first.moves is not None or first.proven or not work.hit:
+    if first.moves is not None or first.proven or not work.hit or first.gain > floor:
         return first
-    # The lexicographic solve spent its work without a better plan: look for any assignment
-    # freeing more first, then shorten it (_OrderSearch.find), with more work.
+    # The lexicographic solve spent its work without finding an assignment better than the greedy
+    # plan (where it found one without an order, looking again for any is no help): look for any
+    # assignment freeing more first, then shorten it (_OrderSearch.find), with more work.
     more = SECOND_WORK * _scaled(AUTO_WORK, len(model.cols))
     work.extend(more // FIND_SHARE)
     second = _attempt(model, cut, floor, started, work, (), find_first=more - more // FIND_SHARE)
