@@ -138,3 +138,19 @@ def openb_subset(name: str) -> ClusterState:
     with gzip.open(Path(__file__).parent / "unit" / "data" / f"openb-{name}-subset.json.gz", "rt") as f:
         doc = json.load(f)
     return build_state(doc["nodes"], doc["pods"])
+
+
+def exact_outcomes(monkeypatch: Any) -> list[Any]:
+    """The exact stage's outcomes (ExactOutcome, with the work each spent) of the plans made from
+    here on (`monkeypatch`: pytest's fixture)."""
+    from hami_place_core.planning import exact as planner_exact
+
+    seen: list[Any] = []
+    solve = planner_exact.solve
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(solve(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(planner_exact, "solve", spy)
+    return seen

@@ -19,6 +19,7 @@ from hami_place_core.planning import PlanOptions, SolverUnavailable, plan
 from hami_place_core.planning import exact as planner_exact
 from hami_place_core.planning.milp_bounds import milp_bound
 from hami_place_core.state import ClusterState, build_state
+from tests.planner_fixtures import exact_outcomes as outcomes
 from tests.planner_fixtures import node, pod, replay, subset_raw
 
 
@@ -119,19 +120,6 @@ def test_unknown_solver_is_refused() -> None:
 def test_the_fragmentation_objective_never_runs_the_milp() -> None:
     p = plan(subset(), PlanOptions(objective="fragmentation", solver="exact"))
     assert (p.solver, p.solver_note) == ("greedy", "")
-
-
-def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[planner_exact.ExactOutcome]:
-    """The exact stage's outcomes (with the work each spent) of the plans made from here on."""
-    seen: list[planner_exact.ExactOutcome] = []
-    solve = planner_exact.solve
-
-    def spy(*args: Any, **kwargs: Any) -> planner_exact.ExactOutcome:
-        seen.append(solve(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(planner_exact, "solve", spy)
-    return seen
 
 
 def test_the_plan_does_not_depend_on_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,6 @@ solve stops at its budget with nothing better; without the row it finds one at o
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
@@ -22,29 +21,17 @@ from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning import exact as planner_exact
 from hami_place_core.planning.highs import WorkLimit
 from hami_place_core.state import ClusterState
-from tests.planner_fixtures import openb_subset, replay
+from tests.planner_fixtures import exact_outcomes, openb_subset, replay
 
 
 def gpuspec10_subset() -> ClusterState:
     return openb_subset("gpuspec10")
 
 
-def spy(monkeypatch: pytest.MonkeyPatch) -> list[planner_exact.ExactOutcome]:
-    seen: list[planner_exact.ExactOutcome] = []
-    solve = planner_exact.solve
-
-    def record(*args: Any, **kwargs: Any) -> planner_exact.ExactOutcome:
-        seen.append(solve(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(planner_exact, "solve", record)
-    return seen
-
-
 def test_auto_frees_the_gpu_the_lexicographic_solve_misses(monkeypatch: pytest.MonkeyPatch) -> None:
     state = gpuspec10_subset()
     assert plan(state, PlanOptions(solver="greedy")).gpus_freed == 0
-    seen = spy(monkeypatch)
+    seen = exact_outcomes(monkeypatch)
     p = plan(state)
     assert (p.solver, p.gpus_freed, p.solver_note) == ("exact", 1, "exact planner: a MILP frees 1 (greedy 0)")
     assert 0 < len(p.moves) <= PlanOptions().max_moves_per_gpu
