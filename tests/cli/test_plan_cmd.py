@@ -188,11 +188,14 @@ def test_solver_choice_and_what_the_plan_says_about_it(subset14: str) -> None:
 def test_the_exact_stage_and_its_note_where_the_greedy_plan_falls_short(
     subset14: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the exchanges the greedy planner frees 3 there; the exact stage (auto's work budget
-    is enough since its single solve) frees the 4th, and the table and JSON say by which planner."""
+    """Without the node-room exchanges and the seed chains (each alone frees the 4th GPU there,
+    tests/unit/test_planner_chains.py) the greedy planner frees 3; the exact stage (auto's work
+    budget is enough since its single solve) frees the 4th, and the table and JSON say by which
+    planner."""
     from hami_place_core.planning import strategies
 
     monkeypatch.setattr(strategies, "carries", lambda engine, options: [])
+    monkeypatch.setattr(strategies, "seed_chains", lambda engine, options: None)
     exact = ok("--snapshot", subset14, "--solver", "exact")
     assert exact.rstrip().splitlines()[-1].startswith("planned in ")
     assert exact.rstrip().endswith("by the exact planner (exact planner: a MILP frees 4 (greedy 3))"), exact[-300:]
