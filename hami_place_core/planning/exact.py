@@ -51,6 +51,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hami_place_core.fit import gpu_fit_reason
@@ -156,10 +157,7 @@ def solve(engine: Engine, options: PlanOptions, floor: int, seed: Sequence[Move]
     started = time.perf_counter()
     model = ExactModel(engine, options)
     work = WorkLimit(work_budget(options, len(model.cols)))
-
-    def outcome(gain: int, proven: bool, why: str) -> ExactOutcome:
-        return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
-
+    outcome = partial(_no_plan, started, work)
     if not model.movers:
         return outcome(0, True, "no pod can move")
     if len(model.cols) > EXACT_MAX_COLUMNS:
@@ -190,10 +188,7 @@ def _attempt(
     solve from `seed`'s places, or with `find_first` (the work added once an assignment is found)
     any assignment freeing more first, then shorter ones."""
     options = model.options
-
-    def outcome(gain: int, proven: bool, why: str) -> ExactOutcome:
-        return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
-
+    outcome = partial(_no_plan, started, work)
     h = model.build(cut)
     search = _OrderSearch(h, model, started, work)
     if find_first is not None:
@@ -205,11 +200,12 @@ def _attempt(
                 return outcome(floor, False, _gave_up(work, options, floor))
             return outcome(floor, False, "the solver found none that frees more within its node limit")
         work.extend(find_first)
+        search.improve()
     else:
         search.lexicographic(seed)
         if not _has_solution(h):
             return outcome(0, False, _gave_up(work, options, floor) if work.hit else "the solver found no assignment")
-    best, proven = search.improve()
+    best, proven = search.result()
     if best <= floor:
         if proven:
             return outcome(best, True, "no assignment frees more")
@@ -217,6 +213,11 @@ def _attempt(
             return outcome(best, False, _gave_up(work, options, floor))
         return outcome(best, False, "the solver found none that frees more within its node limit")
     return search.run(floor, best, proven)
+
+
+def _no_plan(started: float, work: WorkLimit, gain: int, proven: bool, why: str) -> ExactOutcome:
+    """An outcome without a plan better than the greedy one (`gain`: what the best assignment found frees)."""
+    return ExactOutcome(None, gain, proven, 0, time.perf_counter() - started, why, work)
 
 
 def _gave_up(work: WorkLimit, options: PlanOptions, floor: int, best: int = 0) -> str:
@@ -306,17 +307,21 @@ class _OrderSearch:
         _seed(self.h, self.model, seed)
         self.work.run(self.h)
 
-    def improve(self) -> tuple[int, bool]:
-        """From the assignment found, the lexicographic objective: the GPUs the best assignment
-        found frees, and whether the solver proved that none frees more."""
+    def improve(self) -> None:
+        """From the assignment :meth:`find` found, a solve for the lexicographic objective (without
+        the moves-per-freed-GPU row, which that assignment may break)."""
         import numpy as np
 
+        h = self.h
+        h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
+        if self.work.left > 0:
+            h.setSolution(h.getSolution())
+            self.work.run(h)
+
+    def result(self) -> tuple[int, bool]:
+        """The GPUs the best assignment found frees, and whether the solver proved that none frees
+        more."""
         h, model = self.h, self.model
-        if not self.capped:
-            h.changeColsCost(len(self.idx_away), self.idx_away, np.where(self.waits > 0, 1.0, MOVE_COST))
-            if self.work.left > 0:
-                h.setSolution(h.getSolution())
-                self.work.run(h)
         n_g = len(model.counted)
         used = round(sum(h.getSolution().col_value[:n_g]))
         # Proven: no assignment keeps fewer GPUs in use. Any such one would cost at most

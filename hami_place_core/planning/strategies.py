@@ -34,7 +34,9 @@ opens).
 A last round repeats the passes with both allowed: a pod already moving may get another place at
 no extra move (or go home, saving one). Then an empty GPU of a roomy node may be offered as a
 target to a few more evacuations, kept where two GPUs or more empty
-(:func:`~hami_place_core.planning.passes.seeded`). Finally the moves are put in an order where
+(:func:`~hami_place_core.planning.passes.seeded`), and several at once, taken one after another
+by GPUs that empty into them until one GPU more is emptied than taken
+(:func:`~hami_place_core.planning.chains.seed_chains`). Finally the moves are put in an order where
 each one fits when made, the cheapest frees first (each time a GPU whose remaining pods can all
 move now, fewest first; else the first move, in the order the places were chosen, that fits):
 every prefix of the plan is valid and frees about as much as its moves can. If no such order
