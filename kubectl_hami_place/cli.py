@@ -17,6 +17,7 @@ from hami_place_core.kube.errors import KubeError
 from hami_place_core.snapshot import SnapshotError
 from hami_place_core.targets import TargetError
 from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.options import refuse_blank_values
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -57,12 +58,13 @@ class LazyGroup(click.Group):
             module, attr, _ = COMMANDS[cmd_name]
             cmd = getattr(importlib.import_module(module), attr)
             assert isinstance(cmd, click.Command)
-            return cmd
+            return refuse_blank_values(cmd)
         if cmd_name == "__complete":  # kubectl's plugin completion (kubectl_complete-hami_place)
             from kubectl_hami_place.misc_cmds import cobra_complete
 
             return cobra_complete
-        return super().get_command(ctx, cmd_name)
+        found = super().get_command(ctx, cmd_name)
+        return refuse_blank_values(found) if found is not None else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in COMMANDS]

@@ -92,7 +92,7 @@ def defrag(
     from kubectl_hami_place.kube import Kube
 
     kube = Kube(kw["kubeconfig"], kw["context"], kw["namespace"], False, kw["request_timeout"])
-    if for_pod:
+    if for_pod is not None:
         from kubectl_hami_place.room import defrag_for
 
         defrag_for(kube, for_pod, do_apply, max_moves, excluded, selector, kw)

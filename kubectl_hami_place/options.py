@@ -8,6 +8,32 @@ from typing import Any, TypeVar
 import click
 
 F = TypeVar("F", bound=Callable[..., Any])
+_GUARDED = "_hami_place_blank_guarded"
+
+
+def refuse_blank_values(cmd: click.Command) -> click.Command:
+    """Every text option and argument of `cmd` refuses an empty or whitespace value, as a usage
+    error (exit 2). An unset shell variable must never widen what a command does: `defrag --for
+    "$POD" --apply` with POD unset would otherwise run a cluster-wide defrag, `-n ""` would list
+    every namespace. One rule for every command (the group applies it when it loads one), so a new
+    option cannot forget it; nothing in the CLI gives an empty value a meaning."""
+    if getattr(cmd, _GUARDED, False):
+        return cmd
+    for param in cmd.params:
+        param.callback = _blank_refusing(param.callback)
+    setattr(cmd, _GUARDED, True)
+    return cmd
+
+
+def _blank_refusing(callback: Callable[..., Any] | None) -> Callable[..., Any]:
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        values = value if isinstance(value, tuple | list) else (value,)
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            raise click.BadParameter("must not be empty or whitespace", ctx, param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
 
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 

@@ -147,7 +147,7 @@ def plan(
 
     if snapshot and selector:
         raise UserError("-l/--selector cannot be combined with --snapshot")
-    if report and (for_pod or for_request):
+    if report and (for_pod is not None or for_request is not None):
         raise click.UsageError("--report draws a defragmentation plan: it cannot be combined with --for/--for-request")
     # On a terminal, a progress line on stderr once this takes over a second. From the live
     # cluster it starts once the nodes are read: an exec plugin may need the terminal to log in.
@@ -183,7 +183,7 @@ def plan(
             for_pod,
             for_request,
         )
-    if for_pod or for_request:
+    if for_pod is not None or for_request is not None:
         _print_room(planned, state, source, output, kube, raw_pods)
         return
     warn_unreadable(state)  # once the command is sure to answer: an error stays one line
@@ -202,7 +202,7 @@ def _compute(state: Any, options: Any, kube: Any, for_pod: str | None, for_reque
     from hami_place_core.planning import SolverUnavailable
     from hami_place_core.planning import plan as make_plan
 
-    if for_pod or for_request:
+    if for_pod is not None or for_request is not None:
         from hami_place_core.planning.make_room import make_room
         from kubectl_hami_place.room import no_room, room_request
 
