@@ -9,6 +9,7 @@ from sanic import Sanic
 from agent import logs
 from agent.app import create_app
 from agent.config import ConfigError, Settings
+from agent.intents import IntentKeyError, IntentSigner
 from agent.kube import load_credentials
 from agent.tls import server_context
 from hami_place_core.kube.errors import KubeError
@@ -18,6 +19,12 @@ def main() -> int:
     try:
         settings = Settings.from_env()
     except ConfigError as e:
+        print(f"hami-place agent: bad configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        if settings.intent_key_file:
+            IntentSigner(settings.intent_key_file)  # a missing or short key refuses to start
+    except IntentKeyError as e:
         print(f"hami-place agent: bad configuration: {e}", file=sys.stderr)
         return 2
     try:

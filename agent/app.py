@@ -53,6 +53,11 @@ class JsonErrors(ErrorHandler):
         if isinstance(exception, SanicException):
             code = int(getattr(exception, "status_code", 500) or 500)
             return r.json({"error": type(exception).__name__, "code": code, "message": str(exception)}, status=code)
+        if isinstance(exception, asyncio.CancelledError):
+            # The client went away mid-request (a truncated body, a closed connection): nobody
+            # reads this answer, and it is not the agent's error (issue 39, item 6).
+            log.info("%s %s: the client went away before the answer", request.method, request.path)
+            return r.json({"error": "RequestCancelled", "code": 400, "message": "request cancelled"}, status=400)
         metrics.ERRORS.labels(kind="http").inc()
         log.exception("unhandled error on %s %s", request.method, request.path)
         return r.json({"error": "InternalError", "code": 500, "message": str(exception)}, status=500)

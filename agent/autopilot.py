@@ -11,10 +11,18 @@ policy is evaluated from the live cache (agent/autopilot_plan.py decides; this m
    minimum interval, then starts the plan's first move.
 3. A move starts by writing its intent (``inFlight`` and a ``recentMoves`` entry) to the status
    with the resourceVersion the decision was made on, and only then creating the placement (with
-   evictPod) under a name derived from the policy and the pod's UID. A leader that loses the race,
-   or a new leader after a crash between the two writes, finds the intent and creates the same
-   placement (409 means it exists): one move never becomes two evictions. Everything else (PDBs,
-   limits, validation, crash safety of the eviction) is the placement's (agent/mover.py).
+   evictPod) under a name derived from the policy and the pod's UID. One move never becomes two
+   evictions: a leader that lost the race finds the intent and follows the placement (409 means it
+   exists). Everything else (PDBs, limits, validation, crash safety of the eviction) is the
+   placement's (agent/mover.py).
+4. The status is not the agent's alone: whoever may write ``hamidefragpolicies/status`` can write
+   an ``inFlight`` (issue 39: a forged one naming a pod in a namespace the writer could not evict
+   in had the autopilot evict it). So every intent is signed (agent/intents.py: an HMAC with a key
+   the replicas share, over its fields and the policy's UID), and the autopilot creates a
+   placement only from a signed intent, younger than CREATE_RETRY_WINDOW, for a pod the policy
+   selects, in Apply mode, under the name the intent's own fields derive. Any other intent whose
+   placement does not exist is recorded as a failed move (Event IntentRefused) and nothing is
+   created.
 
 Each evaluation re-plans from the live state, so a move that failed or a cluster that changed is
 simply reflected in the next plan.
@@ -34,6 +42,7 @@ from agent.autopilot_plan import Decision, decide, surge_leaving
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.events import EventRecorder
+from agent.intents import SIGNATURE, IntentSigner
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
 from hami_place_core import defrag_policy as dp
@@ -85,6 +94,7 @@ class Autopilot:
     ) -> None:
         self.settings, self.cache, self.kube, self.events, self.leader = settings, cache, kube, events, leader
         self.wake = asyncio.Event()
+        self.signer = IntentSigner(settings.intent_key_file)
         cache.subscribe("policies", self._on_policy)
         cache.subscribe("placements", self._on_placement)
 
@@ -232,7 +242,7 @@ class Autopilot:
         started = dp.format_time(now)
         name, req_id = move_placement_name(policy.name, pod_uid, started)
         namespace = pod_key.split("/", 1)[0]
-        status["inFlight"] = {
+        flight = {
             "placement": f"{namespace}/{name}",
             "pod": pod_key,
             "workload": workload,
@@ -242,6 +252,7 @@ class Autopilot:
             "gpus": [f"gpu-{i}" for i in gpus],
             "reqID": req_id,
         }
+        status["inFlight"] = {**flight, SIGNATURE: self.signer.sign(_uid(obj), flight)}
         moves = [*(status.get("recentMoves") or [])][-(dp.RECENT_MOVES_KEPT - 1) :]
         status["recentMoves"] = [
             *moves,
@@ -256,16 +267,34 @@ class Autopilot:
         if refused:
             await self._fail_now(policy, status["inFlight"], refused)
 
-    async def _fail_now(self, policy: dp.Policy, flight: dict[str, Any], why: str) -> None:
-        """Record a move whose placement could not be created as failed, on the latest policy."""
+    async def _fail_now(self, policy: dp.Policy, flight: dict[str, Any], why: str, refused: bool = False) -> None:
+        """Record a move whose placement could not be created as failed, on the latest policy.
+        `refused`: an intent the autopilot would not act on; nothing was tried, so its pod is not
+        kept out of plans (a forged status must not be able to shelter a pod either)."""
         obj = self.cache.policy(policy.name)
         if obj is None:
             return
         now = _now()
-        status = _record_result(dict(obj.get("status") or {}), flight, "Failed", why, now)
+        status = _record_result(dict(obj.get("status") or {}), flight, "Failed", why, now, cool=not refused)
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="failed").inc()
         if await self._write(obj, _with(status, now, obj, "Planned", f"move failed: {why}")):
-            await self._event(obj, "MoveFailed", f"{flight.get('pod')}: {why}", "Warning")
+            reason = "IntentRefused" if refused else "MoveFailed"
+            await self._event(obj, reason, f"{flight.get('pod')}: {why}", "Warning")
+
+    def _refusal(self, obj: dict[str, Any], policy: dp.Policy, flight: dict[str, Any], creating: bool) -> str:
+        """Why this recorded intent is not followed ("" if it is): who wrote it is checked at
+        once, what it says when its placement is to be created (`creating`)."""
+        if not self.signer.verify(_uid(obj), flight):
+            return (
+                f"status.inFlight names pod {flight.get('pod')} without the agent's signature (written by someone "
+                "else, or by an agent with another intent key): nothing is created from it"
+            )
+        if not creating:
+            return ""
+        if not create_retry_open(flight, _now()):
+            return f"the intent to move {flight.get('pod')} is older than {CREATE_RETRY_WINDOW}: it is not replayed"
+        pod_ns, _, pod_name = str(flight.get("pod") or "").partition("/")
+        return intent_refusal(policy, flight, self.cache.pod(pod_ns, pod_name))
 
     async def _create_placement(self, policy: dp.Policy, flight: dict[str, Any]) -> str:
         """Create the move's placement; the reason it was refused, or "" (created, or it exists)."""
@@ -373,12 +402,18 @@ class Autopilot:
 
     async def _follow(self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> None:
         flight = status["inFlight"]
-        _, why = self._flight_result(flight, now)
-        if why == "recreate":
-            # Recorded but never seen: the leader stopped between the intent and the create.
-            refused = await self._create_placement(policy, flight)
+        namespace, _, name = str(flight.get("placement") or "").partition("/")
+        if self.cache.placement(namespace, name) is None:
+            # Recorded but never seen: a create that failed for a transient reason (retried here),
+            # a leader that stopped between the intent and the create, or a forged status.
+            _, why = self._flight_result(flight, now)
+            refused = self._refusal(obj, policy, flight, creating=why == "recreate")
             if refused:
-                await self._fail_now(policy, flight, refused)
+                await self._fail_now(policy, flight, refused, refused=True)
+                return
+            failed = await self._create_placement(policy, flight) if why == "recreate" else ""
+            if failed:
+                await self._fail_now(policy, flight, failed)
                 return
         msg = f"moving {flight.get('pod')} through placement {flight.get('placement')}"
         await self._write(obj, _with(status, now, obj, "Moving", msg))
@@ -426,6 +461,10 @@ def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[i
     return key, str((pod.get("metadata") or {}).get("uid") or ""), node, gpus, hp.workload_key(pod)
 
 
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
 # lastEvaluationTime alone is refreshed at most this often (each evaluation still happens).
 EVALUATION_STAMP_EVERY = dt.timedelta(seconds=60)
 
@@ -448,8 +487,35 @@ def _has_controller(pod: Any) -> bool:
     return any(o.get("controller") for o in (pod.get("metadata") or {}).get("ownerReferences") or ())
 
 
+def intent_refusal(policy: dp.Policy, flight: dict[str, Any], pod: dict[str, Any] | None) -> str:
+    """Why the autopilot must not create the placement an ``inFlight`` records, judged by what it
+    says ("" if nothing is wrong with it): only a move this policy itself could have started,
+    the pod it names, under the name its own fields derive. Anyone who may write the policy's
+    status can write this record (docs/security.md)."""
+    what = f"status.inFlight names pod {flight.get('pod')}"
+    if policy.mode != "Apply":
+        return f"{what}, but the policy is in {policy.mode} mode: it moves nothing"
+    if pod is None:
+        return f"{what}, which is gone"
+    meta = pod.get("metadata") or {}
+    if not policy.selects_pod(pod):
+        return f"{what}, which the policy does not select"
+    uid, started = str(meta.get("uid") or ""), str(flight.get("startedAt") or "")
+    name, req_id = move_placement_name(policy.name, uid, started)
+    if flight.get("podUID") != uid or flight.get("placement") != f"{meta.get('namespace')}/{name}":
+        return f"{what}, but not the placement a move of that pod started at {started!r} creates"
+    if flight.get("reqID") != req_id or dp.parse_time(started) is None:
+        return f"{what}, but its reqID or start time is not the autopilot's"
+    return ""
+
+
 def _record_result(
-    status: dict[str, Any], flight: dict[str, Any], result: str, why: str, now: dt.datetime
+    status: dict[str, Any],
+    flight: dict[str, Any],
+    result: str,
+    why: str,
+    now: dt.datetime,
+    cool: bool = True,
 ) -> dict[str, Any]:
     status = dict(status)
     status.pop("inFlight", None)
@@ -461,7 +527,7 @@ def _record_result(
     status["recentMoves"] = recent
     counter = "movesSucceeded" if result == "Succeeded" else "movesFailed"
     status[counter] = int(status.get(counter) or 0) + 1
-    if result == "Failed":
+    if result == "Failed" and cool:
         failed = [
             f for f in status.get("failedPods") or [] if isinstance(f, dict) and f.get("pod") != flight.get("pod")
         ]

@@ -114,6 +114,9 @@ class Settings:
     # Only policies with these labels ("k=v,k2=v2"; empty: every policy): one agent deployment per
     # set of policies, e.g. a canary agent that evaluates only its own.
     autopilot_policy_selector: str = ""
+    # The key autopilot intents are signed with (agent/intents.py), shared by every replica; empty:
+    # a key of this process's own (forged intents are still refused; see the module).
+    intent_key_file: str = ""
     log_level: str = "INFO"
 
     @classmethod
@@ -153,6 +156,7 @@ class Settings:
             autopilot_enabled=_env_bool("HAMI_PLACE_AUTOPILOT_ENABLED", False),
             autopilot_interval_seconds=_env_float("HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS", 15.0, 0.2),
             autopilot_policy_selector=_env_str("HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR", ""),
+            intent_key_file=_env_str("HAMI_PLACE_INTENT_KEY_FILE", ""),
             log_level=_env_str("HAMI_PLACE_LOG_LEVEL", "INFO").upper(),
         )
         if bool(s.tls_cert_file) != bool(s.tls_key_file):

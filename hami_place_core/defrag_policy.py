@@ -13,13 +13,14 @@ memory, so a restarted agent or a new leader counts the moves the previous one m
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from hami_place_core import placement as hp
-from hami_place_core.schedule import ScheduleError, Window, parse_duration
-from hami_place_core.selectors import SelectorError, matches
+from hami_place_core.schedule import ScheduleError, Window, brief_repr, parse_duration
+from hami_place_core.selectors import matches
 
 GROUP = "scheduling.hami.placement.com"
 VERSION = "v1"
@@ -39,6 +40,21 @@ FAILED_POD_COOLDOWN = dt.timedelta(hours=1)
 # what happened just before. The CRD caps the list at 200.
 RECENT_MOVES_KEPT = 200
 HOUR = dt.timedelta(hours=1)
+# Bounds, as the CRD states them: no huge number reaches the arithmetic, whatever the object says.
+INT32 = (-(2**31), 2**31 - 1)  # maxPriority: Kubernetes pod priorities are int32
+MAX_BELOW = 100_000
+MAX_MOVES_PER_HOUR = 10_000
+MAX_MOVES = 1_000  # movesPerRun, movesPerNode, movesPerWorkload
+MAX_NAMESPACES = 256
+MAX_MATCH_LABELS = 64
+MAX_MATCH_EXPRESSIONS = 16
+MAX_VALUES = 64
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+# apimachinery's validation (IsDNS1123Label, IsDNS1123Subdomain, IsQualifiedName, IsValidLabelValue).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 
 class PolicyError(ValueError):
@@ -96,44 +112,101 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _int(value: object, where: str, default: int, low: int = 0) -> int:
+def _int(value: object, where: str, default: int, low: int = 0, high: int = INT32[1]) -> int:
     if value is None:
         return default
     if not isinstance(value, int) or isinstance(value, bool):
-        raise PolicyError(f"{where} must be an integer, got {value!r}")
+        raise PolicyError(f"{where} must be an integer, got {brief_repr(value)}")
+    # brief_repr, not str(): str() refuses an int of more than 4,300 digits
     if value < low:
-        raise PolicyError(f"{where} must be at least {low}, got {value}")
+        raise PolicyError(f"{where} must be at least {low}, got {brief_repr(value)}")
+    if value > high:
+        raise PolicyError(f"{where} must be at most {high}, got {brief_repr(value)}")
     return value
 
 
 def _duration(value: object, where: str, default: float | None) -> float | None:
     if value is None:
         return default
+    if not isinstance(value, str):
+        raise PolicyError(f"{where} must be a duration such as 90s, 5m or 1h30m, got {brief_repr(value)}")
     try:
-        return parse_duration(str(value))
+        return parse_duration(value)
     except ScheduleError as e:
         raise PolicyError(f"{where}: {e}") from None
+
+
+def _label_key_problem(key: object) -> str:
+    """Why `key` is not a Kubernetes label key ("" if it is one): an optional DNS-subdomain prefix
+    and '/', then a name of 1-63 characters."""
+    if not isinstance(key, str):
+        return "a label key must be a string"
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return "its prefix must be a DNS subdomain of at most 253 characters, such as example.com"
+    if not (len(name) <= 63 and _LABEL_NAME.fullmatch(name)):
+        return "its name must be 1 to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+    return ""
+
+
+def _is_label_value(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= 63 and (not value or bool(_LABEL_NAME.fullmatch(value)))
+
+
+_LABEL_VALUE = (
+    "a label value (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
+)
+
+
+def _label_key(key: object, where: str) -> None:
+    problem = _label_key_problem(key)
+    if problem:
+        raise PolicyError(f"{where}: {brief_repr(key)} is not a label key: {problem}")
+
+
+def _requirement(e: object, where: str) -> None:
+    """One matchExpressions entry, as apimachinery validates a LabelSelectorRequirement."""
+    if not isinstance(e, Mapping):
+        raise PolicyError(f"{where} must be an object with key, operator and values")
+    _label_key(e.get("key"), f"{where}.key")
+    op, values = e.get("operator"), e.get("values")
+    if op not in OPERATORS:
+        raise PolicyError(f"{where}: unknown selector operator {brief_repr(op)} (In, NotIn, Exists or DoesNotExist)")
+    if values is not None and not isinstance(values, list):
+        raise PolicyError(f"{where}.values must be a list of label values")
+    values = values or []
+    if op in ("In", "NotIn") and not values:
+        raise PolicyError(f"{where}: operator {op} needs values")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise PolicyError(f"{where}: operator {op} takes no values")
+    if len(values) > MAX_VALUES:
+        raise PolicyError(f"{where}.values has {len(values)} entries; at most {MAX_VALUES}")
+    for v in values:
+        if not _is_label_value(v):
+            raise PolicyError(f"{where}.values: {brief_repr(v)} is not {_LABEL_VALUE}")
 
 
 def _selector(value: object, where: str) -> Mapping[str, Any] | None:
     if value is None:
         return None
     sel = _mapping(value, where)
-    if not sel.get("matchLabels") and not sel.get("matchExpressions"):
+    labels, exprs = sel.get("matchLabels"), sel.get("matchExpressions")
+    if not labels and not exprs:
         raise PolicyError(f"{where} must set matchLabels or matchExpressions (omit it to select everything)")
-    labels = sel.get("matchLabels") or {}
-    exprs = sel.get("matchExpressions") or []
-    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
-        raise PolicyError(f"{where}.matchLabels must map label keys to strings")
-    if not isinstance(exprs, list) or not all(isinstance(e, Mapping) for e in exprs):
+    labels = _mapping(labels, f"{where}.matchLabels")
+    if len(labels) > MAX_MATCH_LABELS:
+        raise PolicyError(f"{where}.matchLabels has {len(labels)} entries; at most {MAX_MATCH_LABELS}")
+    for k, v in labels.items():
+        _label_key(k, f"{where}.matchLabels")
+        if not _is_label_value(v):
+            raise PolicyError(f"{where}.matchLabels[{k}]: {brief_repr(v)} is not {_LABEL_VALUE}")
+    exprs = [] if exprs is None else exprs
+    if not isinstance(exprs, list):
         raise PolicyError(f"{where}.matchExpressions must be a list of requirements")
+    if len(exprs) > MAX_MATCH_EXPRESSIONS:
+        raise PolicyError(f"{where}.matchExpressions has {len(exprs)} entries; at most {MAX_MATCH_EXPRESSIONS}")
     for i, e in enumerate(exprs):
-        try:
-            matches({"matchExpressions": [e]}, {})  # an unknown operator raises here
-        except SelectorError as err:
-            raise PolicyError(f"{where}.matchExpressions[{i}]: {err}") from None
-        if e.get("operator") in ("In", "NotIn") and not e.get("values"):
-            raise PolicyError(f"{where}.matchExpressions[{i}]: operator {e['operator']} needs values")
+        _requirement(e, f"{where}.matchExpressions[{i}]")
     return sel
 
 
@@ -141,10 +214,14 @@ def _window(value: object) -> Window | None:
     if value is None:
         return None
     w = _mapping(value, "spec.window")
-    if not w.get("schedule") or not w.get("duration"):
+    schedule, duration, time_zone = w.get("schedule"), w.get("duration"), w.get("timeZone")
+    if not schedule or not duration:
         raise PolicyError("spec.window needs schedule and duration")
+    for name, text in (("schedule", schedule), ("duration", duration), ("timeZone", time_zone)):
+        if text is not None and not isinstance(text, str):
+            raise PolicyError(f"spec.window.{name} must be a string, got {brief_repr(text)}")
     try:
-        return Window.parse(str(w["schedule"]), str(w["duration"]), str(w.get("timeZone") or "UTC"))
+        return Window.parse(str(schedule), str(duration), str(time_zone or "UTC"))
     except ScheduleError as e:
         raise PolicyError(f"spec.window: {e}") from None
 
@@ -162,7 +239,8 @@ def _triggers(spec: Mapping[str, Any]) -> tuple[float | None, int | None]:
     free = triggers.get("freeGPUs")
     below = None
     if free is not None:
-        below = _int(_mapping(free, "spec.triggers.freeGPUs").get("below"), "spec.triggers.freeGPUs.below", 0, 1)
+        free_gpus = _mapping(free, "spec.triggers.freeGPUs")
+        below = _int(free_gpus.get("below"), "spec.triggers.freeGPUs.below", 0, 1, MAX_BELOW)
         if below == 0:
             raise PolicyError("spec.triggers.freeGPUs.below is required (at least 1)")
     if after is None and below is None:
@@ -172,56 +250,74 @@ def _triggers(spec: Mapping[str, Any]) -> tuple[float | None, int | None]:
     return after, below
 
 
+def _namespaces(value: object) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or len(value) > MAX_NAMESPACES:
+        raise PolicyError(
+            f"spec.selector.namespaces must be a non-empty list of at most {MAX_NAMESPACES} namespace names"
+        )
+    for n in value:
+        if not (isinstance(n, str) and len(n) <= 63 and _DNS_LABEL.fullmatch(n)):
+            raise PolicyError(
+                f"spec.selector.namespaces: {brief_repr(n)} is not a namespace name (a DNS label: at most 63 "
+                "lowercase letters, digits and '-', beginning and ending with a letter or digit)"
+            )
+    return frozenset(value)
+
+
 def _scope(spec: Mapping[str, Any]) -> tuple[frozenset[str] | None, Mapping[str, Any] | None, int | None]:
     sel = _mapping(spec.get("selector"), "spec.selector")
-    namespaces = sel.get("namespaces")
-    if namespaces is not None and (
-        not isinstance(namespaces, list) or not namespaces or not all(isinstance(n, str) and n for n in namespaces)
-    ):
-        raise PolicyError("spec.selector.namespaces must be a non-empty list of namespace names")
+    namespaces = _namespaces(sel.get("namespaces"))
     max_priority = sel.get("maxPriority")
-    if max_priority is not None and (not isinstance(max_priority, int) or isinstance(max_priority, bool)):
-        raise PolicyError(f"spec.selector.maxPriority must be an integer, got {max_priority!r}")
+    if max_priority is not None:
+        max_priority = _int(max_priority, "spec.selector.maxPriority", 0, *INT32)
     pod_selector = _selector(sel.get("podSelector"), "spec.selector.podSelector")
     if namespaces is None and pod_selector is None and max_priority is None:
         raise PolicyError(
             "spec.selector must set namespaces, podSelector or maxPriority: an empty selector would let "
             "the autopilot move any pod in the cluster"
         )
-    return (frozenset(namespaces) if namespaces is not None else None), pod_selector, max_priority
+    return namespaces, pod_selector, max_priority
 
 
 def _budgets(value: object) -> Budgets:
     b = _mapping(value, "spec.budgets")
     d = Budgets()
     return Budgets(
-        moves_per_run=_int(b.get("movesPerRun"), "spec.budgets.movesPerRun", d.moves_per_run),
-        moves_per_hour=_int(b.get("movesPerHour"), "spec.budgets.movesPerHour", d.moves_per_hour),
-        moves_per_node=_int(b.get("movesPerNode"), "spec.budgets.movesPerNode", d.moves_per_node),
-        moves_per_workload=_int(b.get("movesPerWorkload"), "spec.budgets.movesPerWorkload", d.moves_per_workload),
+        moves_per_run=_int(b.get("movesPerRun"), "spec.budgets.movesPerRun", d.moves_per_run, 0, MAX_MOVES),
+        moves_per_hour=_int(
+            b.get("movesPerHour"), "spec.budgets.movesPerHour", d.moves_per_hour, 0, MAX_MOVES_PER_HOUR
+        ),
+        moves_per_node=_int(b.get("movesPerNode"), "spec.budgets.movesPerNode", d.moves_per_node, 0, MAX_MOVES),
+        moves_per_workload=_int(
+            b.get("movesPerWorkload"), "spec.budgets.movesPerWorkload", d.moves_per_workload, 0, MAX_MOVES
+        ),
     )
 
 
 def parse_policy(obj: Mapping[str, Any]) -> Policy:
-    """The policy an object states, or PolicyError naming the first problem."""
+    """The policy an object states, or PolicyError naming the first problem: never another
+    exception, whatever JSON the object holds (the webhook answers 422, never 500)."""
+    obj = _mapping(obj, "a HamiDefragPolicy")
     meta = _mapping(obj.get("metadata"), "metadata")
     spec = _mapping(obj.get("spec"), "spec")
     mode = spec.get("mode") or "DryRun"
     if mode not in MODES:
-        raise PolicyError(f"spec.mode must be DryRun or Apply, got {mode!r}")
+        raise PolicyError(f"spec.mode must be DryRun or Apply, got {brief_repr(mode)}")
     suspend = spec.get("suspend") or False
     if not isinstance(suspend, bool):
-        raise PolicyError(f"spec.suspend must be true or false, got {suspend!r}")
+        raise PolicyError(f"spec.suspend must be true or false, got {brief_repr(suspend)}")
     after, below = _triggers(spec)
     namespaces, pod_selector, max_priority = _scope(spec)
     min_interval = _duration(spec.get("minInterval"), "spec.minInterval", 300.0)
     assert min_interval is not None
     strategy = spec.get("moveStrategy") or hp.EVICT
     if strategy not in hp.STRATEGIES:
-        raise PolicyError(f"spec.moveStrategy must be Evict, Surge or Auto, got {strategy!r}")
-    generation = meta.get("generation")
+        raise PolicyError(f"spec.moveStrategy must be Evict, Surge or Auto, got {brief_repr(strategy)}")
+    generation, name = meta.get("generation"), meta.get("name")
     return Policy(
-        name=str(meta.get("name") or ""),
+        name=name if isinstance(name, str) else "",
         generation=generation if isinstance(generation, int) else 0,
         mode="Apply" if mode == "Apply" else "DryRun",
         suspend=suspend,
@@ -252,9 +348,18 @@ def parse_time(value: object) -> dt.datetime | None:
         return None
     try:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        # In UTC, so no later arithmetic or formatting meets an offset past year 1 or 9999.
+        return t.astimezone(dt.UTC) if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+    except (ValueError, OverflowError):
         return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def _later(t: dt.datetime, delta: dt.timedelta) -> dt.datetime:
+    """t + delta, or the end of time: a crafted startedAt of 9999-12-31 waits for ever, not crashes."""
+    try:
+        return t + delta
+    except OverflowError:
+        return _LATEST
 
 
 def format_time(t: dt.datetime) -> str:
@@ -284,11 +389,11 @@ def budget_wait(policy: Policy, moves: Sequence[RecentMove], now: dt.datetime) -
         return "a budget of 0 moves stops the autopilot's moves", now
     last_hour = sorted(m.started_at for m in moves if m.started_at > now - HOUR)
     if len(last_hour) >= b.moves_per_hour:
-        until = last_hour[len(last_hour) - b.moves_per_hour] + HOUR
+        until = _later(last_hour[len(last_hour) - b.moves_per_hour], HOUR)
         return f"{len(last_hour)} moves in the last hour (movesPerHour {b.moves_per_hour})", until
     if moves and policy.min_interval > 0:
         last = max(m.started_at for m in moves)
-        until = last + dt.timedelta(seconds=policy.min_interval)
+        until = _later(last, dt.timedelta(seconds=policy.min_interval))
         if until > now:
             return f"the last move started at {format_time(last)} (minInterval {policy.min_interval:g}s)", until
     return None

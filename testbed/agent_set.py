@@ -65,6 +65,12 @@ class AgentSet:
     ) -> None:
         self.testbed, self.api, self.label = testbed, api, label
         self.ca = CertificateAuthority(f"agent-{label}-ca")
+        # One autopilot intent key for the set, as the chart's Secret is one per release
+        # (agent/intents.py): a new leader may finish a move its predecessor recorded.
+        workdir.mkdir(parents=True, exist_ok=True)
+        key = workdir / f"agent-{label}-intent.key"
+        key.write_text(secrets.token_hex(32))
+        env = {"HAMI_PLACE_INTENT_KEY_FILE": str(key), **(env or {})}
         self.agents = [
             AgentProcess(
                 workdir,

@@ -39,6 +39,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-webhook-tls" (include "hami-place.fullname" .) }}
 {{- end }}
 
+{{- define "hami-place.intentKeySecretName" -}}
+{{- printf "%s-intent-key" (include "hami-place.fullname" .) }}
+{{- end }}
+
 {{- define "hami-place.leaderElection" -}}
 {{- if gt (int .Values.replicaCount) 1 }}true{{ else }}false{{ end }}
 {{- end }}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import ssl
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -272,6 +275,34 @@ def test_malformed_admission_reviews_get_400_json_and_agent_keeps_serving(agents
     )
     with urllib.request.urlopen(ok, timeout=5, context=a.webhook_ssl_context()) as resp:
         assert json.loads(resp.read())["response"] == {"uid": "abc", "allowed": True}
+
+
+def _errors_total(agent: Any) -> float:
+    lines = agent.get("/metrics")[1].decode().splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("hami_place_errors_total{"))
+
+
+def test_a_client_that_hangs_up_mid_body_is_no_agent_error(agents) -> None:
+    """Issue 39, item 6: a review whose body stops short of its Content-Length and whose client
+    then closes the connection made /mutate log an unhandled CancelledError and count it in
+    hami_place_errors_total. The agent's log and error count stay clean, and it keeps serving."""
+    a = agents.agent
+    before = _errors_total(a)
+    host, port = a.url.removeprefix("https://").split(":")
+    ctx = a.webhook_ssl_context()
+    for path in ("/mutate", "/validate"):
+        raw = socket.create_connection((host, int(port)), timeout=5)
+        with ctx.wrap_socket(raw, server_hostname=host) as tls:
+            head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            tls.sendall(f"{head}Content-Length: 10000\r\n\r\n".encode() + b'{"kind":"Adm')
+            time.sleep(0.3)
+            with contextlib.suppress(OSError, ssl.SSLError):
+                tls.shutdown(socket.SHUT_RDWR)
+    time.sleep(1)  # the agent notices the closed connection
+    assert a.get("/healthz")[0] == 200
+    assert _errors_total(a) == before
+    tail = a.log_tail(200)
+    assert "CancelledError" not in tail and "Traceback" not in tail, tail
 
 
 def _placement_review(ns: str, uid: str, spec: object) -> bytes:

@@ -10,6 +10,7 @@ Filter allocates, in CI the labelled stand-in does (docs/testing.md).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import time
 from collections.abc import Iterator
@@ -615,3 +616,85 @@ def test_defrag_for_a_pending_pod_makes_room_and_places_it(pool: dict[str, Any],
         return None
 
     wait_for("the 2-GPU pod Running on the named GPUs", running_on_target, 120)
+
+
+def _status_writer(api: Any, ns: str, name: str) -> Any:
+    """A client for ServiceAccount ns/name that may read policies and write their status, and
+    nothing else (in particular, no pods/eviction anywhere)."""
+    from testbed.tokens import sa_token
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rules = [
+        {"apiGroups": [dp.GROUP], "resources": [dp.PLURAL], "verbs": ["get", "list"]},
+        {"apiGroups": [dp.GROUP], "resources": [f"{dp.PLURAL}/status"], "verbs": ["get", "update", "patch"]},
+    ]
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": rules})
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+    rbac.create_cluster_role_binding({"metadata": {"name": name}, "roleRef": ref, "subjects": subjects})
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert = api.configuration.host, api.configuration.ssl_ca_cert
+    cfg.api_key = {"authorization": f"Bearer {sa_token(api, ns, name)}"}
+    return client.ApiClient(cfg)
+
+
+@pytest.mark.parametrize("mode", ["DryRun", "Apply"])
+def test_a_forged_in_flight_evicts_nothing(pilot: AgentSet, pool: dict[str, Any], mode: str) -> None:
+    """Issue 39, defect 1: a user who may write hamidefragpolicies/status but may not evict in the
+    victim's namespace writes a status.inFlight naming a pod there, with the placement name and
+    reqID the autopilot itself would derive. On a DryRun policy that selects another namespace,
+    and on an Apply policy that selects the victim's (idle: its trigger does not fire), the
+    autopilot creates no placement, evicts nothing, and says why (Event IntentRefused)."""
+    from agent.autopilot import move_placement_name
+
+    api, victim = pool["api"], pool["ns"]
+    core = client.CoreV1Api(api)
+    writer_ns = pilot.namespace(f"forger-{mode.lower()}")
+    mallory = _status_writer(api, writer_ns, f"forger-{writer_ns}")
+    name = f"decoy-{mode.lower()}"
+    scope = writer_ns if mode == "DryRun" else victim
+    create_policy(api, policy(name, scope, mode=mode, triggers={"freeGPUs": {"below": 1}}))
+    status_when(api, name, "the policy evaluated", lambda st: st.get("state") in ("Idle", "Planned", "Blocked"), 30)
+    target = allocated(core, victim, "app=slice-0")[0]
+    uid, started = target.metadata.uid, dp.format_time(dt.datetime.now(dt.UTC))
+    placement_name, req_id = move_placement_name(name, uid, started)
+    forged = {
+        "placement": f"{victim}/{placement_name}",
+        "pod": f"{victim}/{target.metadata.name}",
+        "podUID": uid,
+        "startedAt": started,
+        "node": pool["node"].name,
+        "gpus": ["gpu-3"],
+        "reqID": req_id,
+        "signature": "0" * 64,
+    }
+    try:
+        wait_for("the forged status written", lambda: _write_in_flight(mallory, name, forged), 20)
+        st = status_when(api, name, "the forged intent refused", lambda s: not s.get("inFlight"), 30)
+        refused = [e.message for e in policy_events(api, name) if e.reason == "IntentRefused"]
+        assert refused and "without the agent's signature" in refused[0], refused
+        assert st.get("movesFailed") == 1 and not st.get("failedPods"), st  # recorded; the pod not sheltered
+        assert placements_of(api, victim, name) == []
+        items = custom(api).list_namespaced_custom_object(hp.GROUP, hp.VERSION, victim, hp.PLURAL)["items"]
+        assert placement_name not in [p["metadata"]["name"] for p in items]
+        assert core.read_namespaced_pod(target.metadata.name, victim).metadata.uid == uid  # not evicted
+    finally:
+        rbac = client.RbacAuthorizationV1Api(api)
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role_binding(f"forger-{writer_ns}")
+        with contextlib.suppress(ApiException):
+            rbac.delete_cluster_role(f"forger-{writer_ns}")
+
+
+def _write_in_flight(api: Any, name: str, flight: dict[str, Any]) -> bool:
+    """Replace the policy's status with one that has `flight` in flight; False on a conflict with
+    the autopilot's own write (try again)."""
+    obj = get_policy(api, name)
+    obj["status"] = {**(obj.get("status") or {}), "inFlight": flight}
+    try:
+        custom(api).replace_cluster_custom_object_status(dp.GROUP, dp.VERSION, dp.PLURAL, name, obj)
+    except ApiException as e:
+        if e.status == 409:
+            return False
+        raise
+    return True

@@ -75,6 +75,10 @@ def replicas(apps, ns: str, name: str) -> int:
     return int(apps.read_namespaced_deployment(name, ns).spec.replicas)
 
 
+def rs_replicas(apps, ns: str, name: str) -> int:
+    return int(apps.read_namespaced_replica_set(name, ns).spec.replicas)
+
+
 def test_surge_moves_a_single_replica_without_losing_it(api, testbed, mover_set) -> None:
     _, ns = mover_set("surge1")
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -252,15 +256,20 @@ def test_crash_at_each_surge_step_restores_the_replica_count(api, testbed, mover
 def test_deleting_a_surge_mid_way_restores_the_count(api, testbed, mover_set) -> None:
     _, ns = mover_set("surgedel")
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    apps.create_namespaced_deployment(ns, deployment("del", replicas=1))
+    body = deployment("del", replicas=1)
+    body["kind"] = "ReplicaSet"
+    apps.create_namespaced_replica_set(ns, body)
     old = wait_for("del Running", lambda: running(core, ns, "app=del"), 60)[0]
-    # A target with a taint the pod does not tolerate: the new pod is pinned there and stays
-    # Pending, so the surge waits in Bound. (A cordon would be refused up front: agent/validate.py.)
+    # The surge's new pod must stay Pending so that the surge waits in Bound. A ReplicaSet's
+    # template changes only the pods it creates next (no rollout): from now on they name a
+    # scheduler that does not exist, so nothing ever schedules the new pod, whatever the agent's
+    # cache has seen. (A taint or a cordon on the target would be refused at admission:
+    # agent/validate.py; issue 39 found the taint passing only while the cache had not seen it.)
+    apps.patch_namespaced_replica_set("del", ns, {"spec": {"template": {"spec": {"schedulerName": "no-such"}}}})
     target = mover_set.targets[-1]
-    core.patch_node(target.name, {"spec": {"taints": [{"key": "hold", "value": "1", "effect": "NoSchedule"}]}})
     create_placement(api, ns, surge_move("del-mv", "del-surge-1", "del", target.name, ["gpu-3"], old.metadata.name))
     bound = wait_phase(api, ns, "del-mv", ("Bound", "Completed", "Failed"), 60)
-    assert bound["phase"] == "Bound" and replicas(apps, ns, "del") == 2, bound
+    assert bound["phase"] == "Bound" and rs_replicas(apps, ns, "del") == 2, bound
     new = bound["boundPod"]
     custom = client.CustomObjectsApi(api)
     custom.delete_namespaced_custom_object(hp.GROUP, hp.VERSION, ns, hp.PLURAL, "del-mv")
@@ -273,10 +282,10 @@ def test_deleting_a_surge_mid_way_restores_the_count(api, testbed, mover_set) ->
         return False
 
     wait_for("the placement gone once the count is restored", gone, 60)
-    assert replicas(apps, ns, "del") == 1
+    assert rs_replicas(apps, ns, "del") == 1
     wait_for(
         "the new pod removed", lambda: new not in {p.metadata.name for p in core.list_namespaced_pod(ns).items}, 60
     )
     assert [p.metadata.name for p in running(core, ns, "app=del")] == [old.metadata.name]  # the old pod stays
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=del-mv").items
-    assert any(e.reason == "ScaledDown" and e.message == "Deployment/del is back to 1 replicas" for e in events)
+    assert any(e.reason == "ScaledDown" and e.message == "ReplicaSet/del is back to 1 replicas" for e in events)

@@ -100,6 +100,11 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
+def tls_secrets(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The webhook TLS Secret(s): every Secret but the autopilot's intent key."""
+    return [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] != f"{RELEASE}-intent-key"]
+
+
 # ---- static ---------------------------------------------------------------------------------
 
 
@@ -167,6 +172,7 @@ def test_default_render_shape(testbed, tmp_path) -> None:
             "Role",
             "RoleBinding",
             "Secret",
+            "Secret",
             "Service",
             "ServiceAccount",
             "ValidatingWebhookConfiguration",
@@ -200,6 +206,14 @@ def test_default_render_shape(testbed, tmp_path) -> None:
     assert env["HAMI_PLACE_AUTOPILOT_ENABLED"] == "true" and env["HAMI_PLACE_AUTOPILOT_INTERVAL_SECONDS"] == "15"
     assert "HAMI_PLACE_AUTOPILOT_POLICY_SELECTOR" not in env
     assert by_kind(docs, "HamiDefragPolicy") == []  # the example policy is opt-in
+    # The key the autopilot signs its intents with (agent/intents.py): one per release, mounted.
+    (key,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == f"{RELEASE}-intent-key"]
+    assert len(base64.b64decode(key["data"]["key"])) == 64
+    assert env["HAMI_PLACE_INTENT_KEY_FILE"] == "/etc/hami-place/intent/key"
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "intent-key")
+    assert mount == {"name": "intent-key", "mountPath": "/etc/hami-place/intent", "readOnly": True}
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "intent-key")
+    assert volume["secret"]["secretName"] == f"{RELEASE}-intent-key"
 
     (mwc,) = by_kind(docs, "MutatingWebhookConfiguration")
     (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
@@ -236,7 +250,7 @@ def test_default_render_shape(testbed, tmp_path) -> None:
     assert "namespaceSelector" not in p and "objectSelector" not in p
     assert (p["failurePolicy"], p["sideEffects"], p["admissionReviewVersions"]) == ("Fail", "None", ["v1"])
     assert p["clientConfig"]["service"] == v["clientConfig"]["service"]
-    (secret,) = by_kind(docs, "Secret")
+    (secret,) = tls_secrets(docs)
     assert m["clientConfig"]["caBundle"] == v["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert p["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     svc_name = m["clientConfig"]["service"]["name"]
@@ -249,7 +263,7 @@ def test_generated_certificate_serves_the_service_names(testbed, tmp_path) -> No
     from cryptography import x509
 
     docs = render(testbed, tmp_path, "kube-system")
-    (secret,) = by_kind(docs, "Secret")
+    (secret,) = tls_secrets(docs)
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
@@ -260,7 +274,7 @@ def test_generated_certificate_serves_the_service_names(testbed, tmp_path) -> No
 
 def test_cert_manager_mode_excludes_the_generated_secret(testbed, tmp_path) -> None:
     docs = render(testbed, tmp_path, "kube-system", "-f", str(CHART / "ci" / "certmanager-values.yaml"))
-    assert by_kind(docs, "Secret") == []
+    assert tls_secrets(docs) == []
     (cert,) = by_kind(docs, "Certificate")
     (issuer,) = by_kind(docs, "Issuer")
     assert issuer["spec"] == {"selfSigned": {}}
@@ -316,7 +330,8 @@ def test_autopilot_off_removes_its_rules_env_and_webhook(testbed, tmp_path) -> N
     assert roles[RELEASE]["rules"] == EXPECTED_CLUSTER_RULES
     (dep,) = by_kind(docs, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["HAMI_PLACE_AUTOPILOT_ENABLED"] == "false"
+    assert env["HAMI_PLACE_AUTOPILOT_ENABLED"] == "false" and "HAMI_PLACE_INTENT_KEY_FILE" not in env
+    assert [d["metadata"]["name"] for d in by_kind(docs, "Secret")] == [f"{RELEASE}-webhook-tls"]
     (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
     assert [h["name"] for h in vwc["webhooks"]] == ["placements.hami-place.scheduling.hami.placement.com"]
     # the viewer role only reads: it stays (the CRD is installed either way)
@@ -638,9 +653,12 @@ def test_install_upgrade_uninstall(testbed, tmp_path, api, ns) -> None:
         ca_bundle = base64.b64decode(mwc.webhooks[0].client_config.ca_bundle)
         assert ca_bundle == base64.b64decode(secret.data["ca.crt"])
 
+        key = core.read_namespaced_secret(f"{RELEASE}-intent-key", ns)
         helm(testbed, tmp_path, "upgrade", RELEASE, str(CHART), *base, "--set", "agent.logLevel=DEBUG")
         after = core.read_namespaced_secret(f"{RELEASE}-webhook-tls", ns)
         assert after.data == secret.data, "the upgrade regenerated the TLS secret (lookup did not reuse it)"
+        # A new key would make the replicas refuse a move their predecessors recorded.
+        assert core.read_namespaced_secret(f"{RELEASE}-intent-key", ns).data == key.data
         mwc2 = adm.read_mutating_webhook_configuration(RELEASE)
         assert mwc2.webhooks[0].client_config.ca_bundle == mwc.webhooks[0].client_config.ca_bundle
         assert helm(testbed, tmp_path, "history", RELEASE, "-n", ns).stdout.count("deployed") == 1

@@ -143,3 +143,96 @@ def test_malformed_status_entries_count_for_nothing() -> None:
     }
     assert [m.pod for m in recent_moves(status)] == ["ml/a"]
     assert cooling_pods(status, NOW) == {"ml/x": "PDB"}
+
+
+# ---- hostile values (issue 39): a PolicyError naming the field, never another exception ------------
+THIRTY_ONE_DIGITS = "9" * 31 + "h"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"minInterval": THIRTY_ONE_DIGITS}, "spec.minInterval: '9{31}h' is longer than 8784h \\(a year\\)"),
+        (
+            {"triggers": {"pendingPods": {"after": THIRTY_ONE_DIGITS}}},
+            "spec.triggers.pendingPods.after: '9{31}h' is longer than 8784h",
+        ),
+        ({"minInterval": "²h"}, "spec.minInterval: '²h' is not a duration"),
+        ({"minInterval": 300}, "spec.minInterval must be a duration such as 90s, 5m or 1h30m, got 300"),
+        ({"window": {"schedule": "0 ² * * *", "duration": "1h"}}, "spec.window: cron '0 ² \\* \\* \\*': hour '²'"),
+        ({"window": {"schedule": "٠ ٢ * * *", "duration": "1h"}}, "minute '٠' is not a number"),
+        ({"window": {"schedule": "0 2 * * *", "duration": "nan"}}, "'nan' is not a duration"),
+        ({"window": {"schedule": "0 2 * * *", "duration": "1h", "timeZone": "x" * 300}}, "unknown time zone 'xxx"),
+        ({"window": {"schedule": ["0 2 * * *"], "duration": "1h"}}, "spec.window.schedule must be a string"),
+        (
+            {"selector": {"podSelector": {"matchLabels": {"a b": "x"}}}},
+            "spec.selector.podSelector.matchLabels: 'a b' is not a label key",
+        ),
+        ({"nodeSelector": {"matchLabels": {"pool": "a b"}}}, "spec.nodeSelector.matchLabels\\[pool\\]: 'a b' is not"),
+        ({"nodeSelector": {"matchLabels": {"Example.com/pool": "a"}}}, "its prefix must be a DNS subdomain"),
+        ({"nodeSelector": {"matchLabels": {"pool": "x" * 64}}}, "is not a label value"),
+        (
+            {"nodeSelector": {"matchExpressions": [{"key": ["a"], "operator": "Exists"}]}},
+            "spec.nodeSelector.matchExpressions\\[0\\].key: \\['a'\\] is not a label key",
+        ),
+        (
+            {"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": "web"}]}},
+            "matchExpressions\\[0\\].values must be a list of label values",
+        ),
+        (
+            {"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "In", "values": ["a b"]}]}},
+            "matchExpressions\\[0\\].values: 'a b' is not a label value",
+        ),
+        (
+            {"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}},
+            "operator Exists takes no values",
+        ),
+        ({"selector": {"namespaces": ["ML"]}}, "spec.selector.namespaces: 'ML' is not a namespace name"),
+        ({"selector": {"namespaces": ["a" * 64]}}, "is not a namespace name"),
+        ({"selector": {"maxPriority": 2**31}}, "spec.selector.maxPriority must be at most 2147483647"),
+        ({"selector": {"maxPriority": -(2**31) - 1}}, "spec.selector.maxPriority must be at least -2147483648"),
+        ({"budgets": {"movesPerHour": 10**30}}, "spec.budgets.movesPerHour must be at most 10000"),
+        ({"budgets": {"movesPerRun": 1001}}, "spec.budgets.movesPerRun must be at most 1000"),
+        ({"triggers": {"freeGPUs": {"below": 10**6}}}, "spec.triggers.freeGPUs.below must be at most 100000"),
+        ({"budgets": {"movesPerNode": 10**5000}}, "must be at most 1000, got <int too large to show>"),
+        ({"mode": "x" * 10_000}, "spec.mode must be DryRun or Apply, got 'x{62}…$"),
+    ],
+)
+def test_hostile_values_are_policy_errors(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        parse_policy(policy(**spec))
+
+
+def test_bounds_at_their_limits_are_accepted() -> None:
+    p = parse_policy(
+        policy(
+            minInterval="8784h",
+            budgets={"movesPerRun": 1000, "movesPerHour": 10000, "movesPerNode": 1000, "movesPerWorkload": 1000},
+            selector={"namespaces": ["a" * 63], "maxPriority": 2**31 - 1},
+            nodeSelector={"matchLabels": {"example.com/" + "p" * 63: "v" * 63, "empty": ""}},
+            window={"schedule": "* * * * *", "duration": "168h", "timeZone": "America/Argentina/Buenos_Aires"},
+        )
+    )
+    assert p.min_interval == 8784 * 3600 and p.max_priority == 2**31 - 1 and p.window is not None
+
+
+@pytest.mark.parametrize("obj", [[], "policy", 5])
+def test_an_object_that_is_not_a_mapping_is_a_policy_error(obj: Any) -> None:
+    with pytest.raises(PolicyError, match="a HamiDefragPolicy must be an object"):
+        parse_policy(obj)
+
+
+def test_crafted_start_times_wait_instead_of_overflowing() -> None:
+    status = {
+        "recentMoves": [
+            {"pod": "ml/late", "startedAt": "9999-12-31T23:59:59Z"},
+            {"pod": "ml/beyond", "startedAt": "9999-12-31T23:59:59-12:00"},  # 10000-01-01 in UTC: dropped
+            {"pod": "ml/early", "startedAt": "0001-01-01T00:00:00+14:00"},  # year 0 in UTC: dropped
+        ]
+    }
+    assert [m.pod for m in recent_moves(status)] == ["ml/late"]
+    end_of_time = dt.datetime.max.replace(tzinfo=dt.UTC)
+    for budgets, reason in (({"movesPerHour": 1}, "movesPerHour 1"), ({"movesPerHour": 10}, "minInterval 3.1622")):
+        p = parse_policy(policy(minInterval="8784h", budgets=budgets))
+        why, until = budget_wait(p, recent_moves(status), NOW) or ("", NOW)
+        assert reason in why and until == end_of_time, why
