@@ -2,46 +2,28 @@
 
 Plain logic over the cache's state (no I/O), called by agent/autopilot.py on every evaluation, so
 the plan always starts from the live cluster: a move that failed, or one someone else made, is
-simply not in the next plan. Pending pods come first (oldest first): the first one the planner can
-make room for within the budgets gets the plan; the free-GPU threshold is looked at when no pod
-waits. The planner is the core's (``make_room`` for a pod, ``plan`` for free GPUs), with the
-policy's budgets as its limits and every pod the policy does not select, or whose move failed
-within the hour, kept where it is.
+simply not in the next plan. The triggers are the core's registry (hami_place_core/triggers/:
+pending pods first, oldest first, then the free-GPU threshold); this module gives them the policy's
+pool (its nodeSelector) and planner options: the policy's budgets as limits, and every pod the
+policy does not select, whose move failed within the hour, or that a surge is removing, kept where
+it is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hami_place_core import placement as hp
 from hami_place_core.defrag_policy import Policy
-from hami_place_core.pending import PendingPod, pending_gpu_pods
-from hami_place_core.planning import PlanOptions, plan
-from hami_place_core.planning.bounds import counted_gpus, restrict
-from hami_place_core.planning.make_room import RoomRequest, make_room
-from hami_place_core.planning.model import Move
+from hami_place_core.planning import PlanOptions
+from hami_place_core.planning.bounds import restrict
 from hami_place_core.state import ClusterState
+from hami_place_core.triggers import TRIGGERS, Decision, TriggerContext
+from hami_place_core.triggers.free_gpus import whole_free_gpus
 
-
-@dataclass(frozen=True)
-class Decision:
-    trigger: str = ""  # what fired; "" when nothing did
-    moves: tuple[Move, ...] = ()
-    pending: PendingPod | None = None  # the pod the plan makes room for
-    node: str | None = None  # where that pod goes
-    gpus: tuple[int, ...] = ()
-    gpus_freed: int = 0
-    blocked: str = ""  # why a trigger fired but no plan can be run
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def pins_pending_pod(self) -> bool:
-        """Room is made: the next step puts the pending pod itself on it (no moves left)."""
-        return self.pending is not None and self.node is not None and not self.moves
+__all__ = ["Decision", "decide", "kept_pods", "pool", "surge_leaving", "whole_free_gpus"]
 
 
 def _options(policy: Policy, kept: Mapping[str, str], excluded: Iterable[str]) -> PlanOptions:
@@ -88,73 +70,11 @@ def kept_pods(
     return kept
 
 
-def _node_budget(moves: Sequence[Move], per_node: int) -> tuple[int, str]:
-    """How many leading moves stay within `per_node` moves out of or into any one node, and the
-    node that stops the rest ("" when all fit)."""
-    count: Counter[str] = Counter()
-    for i, m in enumerate(moves):
-        for node in {m.from_node, m.to_node}:
-            count[node] += 1
-            if count[node] > per_node:
-                return i, node
-    return len(moves), ""
-
-
 def pool(policy: Policy, state: ClusterState) -> ClusterState:
     """The nodes the policy counts (nodeSelector), or the whole state."""
     if policy.node_selector is None:
         return state
     return restrict(state, [n for n, s in state.nodes.items() if policy.selects_node(s.labels)])
-
-
-def whole_free_gpus(state: ClusterState) -> int:
-    """GPUs nothing uses on schedulable nodes, as the planner counts them."""
-    free = 0
-    for uuid, (node, _) in counted_gpus(state).items():
-        usage = state.nodes[node].usage.get(uuid)
-        free += usage is None or usage.used == 0
-    return free
-
-
-def _for_pending(policy: Policy, state: ClusterState, options: PlanOptions, waiting: list[PendingPod]) -> Decision:
-    why = []
-    for pp in waiting:
-        try:
-            request = RoomRequest.from_pod(pp.pod, webhook=True)
-        except ValueError as e:
-            why.append(f"{pp.key}: {e}")
-            continue
-        room = make_room(state, request, options)
-        if not room.ok:
-            why.append(f"{pp.key}: {room.reason}")
-            continue
-        fit, node = _node_budget(room.moves, policy.budgets.moves_per_node)
-        if fit < len(room.moves):
-            per_node = policy.budgets.moves_per_node
-            why.append(f"{pp.key}: the plan moves more than movesPerNode {per_node} on node {node}")
-            continue
-        # The time it became unschedulable, not its age: the trigger (and so the status) stays the
-        # same from one evaluation to the next.
-        trigger = f"pod {pp.key} unschedulable since {pp.since.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-        return Decision(trigger, room.moves, pp, room.node, room.gpus)
-    trigger = f"{len(waiting)} GPU pod(s) unschedulable, oldest {waiting[0].key}"
-    return Decision(trigger, blocked="; ".join(why)[:1000])
-
-
-def _for_free_gpus(policy: Policy, state: ClusterState, options: PlanOptions) -> Decision:
-    assert policy.free_below is not None
-    free = whole_free_gpus(state)
-    if free >= policy.free_below:
-        return Decision()
-    trigger = f"{free} whole GPUs free (below {policy.free_below})"
-    p = plan(state, options)
-    fit, node = _node_budget(p.moves, policy.budgets.moves_per_node)
-    moves = p.moves[:fit]  # every prefix of a plan is a valid plan
-    freed = sum(len(m.frees) - len(m.takes) for m in moves)
-    if not moves or freed <= 0:
-        return Decision(trigger, blocked="no moves within the budgets free a whole GPU")
-    notes = (f"cut at movesPerNode {policy.budgets.moves_per_node} on node {node}",) if node else ()
-    return Decision(trigger, moves, gpus_freed=freed, notes=notes)
 
 
 def decide(
@@ -166,23 +86,14 @@ def decide(
     now: dt.datetime,
     leaving: Mapping[str, str] | None = None,
 ) -> Decision:
-    """The trigger that fires for `policy` and the plan for it (see the module docstring)."""
+    """The first trigger of the registry (hami_place_core/triggers/) that fires for `policy`, and
+    the plan for it; an empty Decision when none fires."""
     view = pool(policy, state)
     options = _options(policy, kept_pods(policy, view, pods, cooling, leaving), excluded)
-    if policy.pending_after is not None:
-        candidates = (
-            pod
-            for pod in pods.values()
-            if policy.selects_pod(pod) and _pod_key(pod) not in cooling and hp.workload_key(pod) not in cooling
-        )
-        waiting = pending_gpu_pods(candidates, now, policy.pending_after)
-        if waiting:
-            return _for_pending(policy, view, options, waiting)
-    if policy.free_below is not None:
-        return _for_free_gpus(policy, view, options)
+    ctx = TriggerContext(policy, view, pods, cooling, options, now)
+    for trigger in TRIGGERS:
+        config = policy.triggers.get(trigger.field)
+        decision = trigger.evaluate(ctx, config) if config is not None else None
+        if decision is not None:
+            return decision
     return Decision()
-
-
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"

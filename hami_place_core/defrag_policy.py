@@ -19,8 +19,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hami_place_core import placement as hp
-from hami_place_core.schedule import ScheduleError, Window, brief_repr, parse_duration
+from hami_place_core.policy_fields import INT32, PolicyError
+from hami_place_core.policy_fields import duration as _duration
+from hami_place_core.policy_fields import integer as _int
+from hami_place_core.policy_fields import mapping as _mapping
+from hami_place_core.schedule import ScheduleError, Window, brief_repr
 from hami_place_core.selectors import matches
+from hami_place_core.triggers import TRIGGERS, free_gpus, pending_pods
 
 GROUP = "scheduling.hami.placement.com"
 VERSION = "v1"
@@ -41,8 +46,6 @@ FAILED_POD_COOLDOWN = dt.timedelta(hours=1)
 RECENT_MOVES_KEPT = 200
 HOUR = dt.timedelta(hours=1)
 # Bounds, as the CRD states them: no huge number reaches the arithmetic, whatever the object says.
-INT32 = (-(2**31), 2**31 - 1)  # maxPriority: Kubernetes pod priorities are int32
-MAX_BELOW = 100_000
 MAX_MOVES_PER_HOUR = 10_000
 MAX_MOVES = 1_000  # movesPerRun, movesPerNode, movesPerWorkload
 MAX_NAMESPACES = 256
@@ -55,10 +58,6 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LATEST = dt.datetime.max.replace(tzinfo=dt.UTC)
-
-
-class PolicyError(ValueError):
-    """A policy the autopilot cannot follow; the message names the field and the problem."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +74,7 @@ class Policy:
     generation: int
     mode: Mode
     suspend: bool
-    pending_after: float | None  # seconds; None: no pendingPods trigger
-    free_below: int | None  # None: no freeGPUs trigger
+    triggers: Mapping[str, object]  # spec.triggers' field -> its parsed config (triggers/), in registry order
     window: Window | None
     min_interval: float
     budgets: Budgets
@@ -85,6 +83,18 @@ class Policy:
     max_priority: int | None
     node_selector: Mapping[str, Any] | None
     move_strategy: str = hp.EVICT  # the strategy of every placement the policy creates
+
+    @property
+    def pending_after(self) -> float | None:
+        """Seconds of the pendingPods trigger; None without one."""
+        config = self.triggers.get(pending_pods.FIELD)
+        return config.after if isinstance(config, pending_pods.PendingPods) else None
+
+    @property
+    def free_below(self) -> int | None:
+        """The freeGPUs trigger's threshold; None without one."""
+        config = self.triggers.get(free_gpus.FIELD)
+        return config.below if isinstance(config, free_gpus.FreeGPUs) else None
 
     def selects_pod(self, pod: Mapping[str, Any]) -> bool:
         """May the autopilot move this pod (or make room for it)?"""
@@ -104,38 +114,6 @@ class Policy:
 
 
 # ---- parsing ----------------------------------------------------------------------------------------
-def _mapping(value: object, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise PolicyError(f"{where} must be an object")
-    return value
-
-
-def _int(value: object, where: str, default: int, low: int = 0, high: int = INT32[1]) -> int:
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise PolicyError(f"{where} must be an integer, got {brief_repr(value)}")
-    # brief_repr, not str(): str() refuses an int of more than 4,300 digits
-    if value < low:
-        raise PolicyError(f"{where} must be at least {low}, got {brief_repr(value)}")
-    if value > high:
-        raise PolicyError(f"{where} must be at most {high}, got {brief_repr(value)}")
-    return value
-
-
-def _duration(value: object, where: str, default: float | None) -> float | None:
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise PolicyError(f"{where} must be a duration such as 90s, 5m or 1h30m, got {brief_repr(value)}")
-    try:
-        return parse_duration(value)
-    except ScheduleError as e:
-        raise PolicyError(f"{where}: {e}") from None
-
-
 def _label_key_problem(key: object) -> str:
     """Why `key` is not a Kubernetes label key ("" if it is one): an optional DNS-subdomain prefix
     and '/', then a name of 1-63 characters."""
@@ -226,28 +204,17 @@ def _window(value: object) -> Window | None:
         raise PolicyError(f"spec.window: {e}") from None
 
 
-def _triggers(spec: Mapping[str, Any]) -> tuple[float | None, int | None]:
-    triggers = _mapping(spec.get("triggers"), "spec.triggers")
-    pending = triggers.get("pendingPods")
-    after = None
-    if pending is not None:
-        after = _duration(
-            _mapping(pending, "spec.triggers.pendingPods").get("after"), "spec.triggers.pendingPods.after", None
-        )
-        if after is None:
-            raise PolicyError("spec.triggers.pendingPods.after is required (e.g. 5m)")
-    free = triggers.get("freeGPUs")
-    below = None
-    if free is not None:
-        free_gpus = _mapping(free, "spec.triggers.freeGPUs")
-        below = _int(free_gpus.get("below"), "spec.triggers.freeGPUs.below", 0, 1, MAX_BELOW)
-        if below == 0:
-            raise PolicyError("spec.triggers.freeGPUs.below is required (at least 1)")
-    if after is None and below is None:
-        raise PolicyError(
-            "spec.triggers must set pendingPods or freeGPUs (or both): a policy without a trigger never acts"
-        )
-    return after, below
+def _triggers(spec: Mapping[str, Any]) -> Mapping[str, object]:
+    """Each registered trigger's block of spec.triggers, parsed by its own module (triggers/)."""
+    raw = _mapping(spec.get("triggers"), "spec.triggers")
+    parsed = {
+        t.field: t.parse(raw[t.field], f"spec.triggers.{t.field}") for t in TRIGGERS if raw.get(t.field) is not None
+    }
+    if not parsed:
+        names = " or ".join(t.field for t in TRIGGERS)
+        several = "(or both)" if len(TRIGGERS) == 2 else "(one or more)"
+        raise PolicyError(f"spec.triggers must set {names} {several}: a policy without a trigger never acts")
+    return parsed
 
 
 def _namespaces(value: object) -> frozenset[str] | None:
@@ -308,7 +275,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     suspend = spec.get("suspend") or False
     if not isinstance(suspend, bool):
         raise PolicyError(f"spec.suspend must be true or false, got {brief_repr(suspend)}")
-    after, below = _triggers(spec)
+    triggers = _triggers(spec)
     namespaces, pod_selector, max_priority = _scope(spec)
     min_interval = _duration(spec.get("minInterval"), "spec.minInterval", 300.0)
     assert min_interval is not None
@@ -321,8 +288,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
         generation=generation if isinstance(generation, int) else 0,
         mode="Apply" if mode == "Apply" else "DryRun",
         suspend=suspend,
-        pending_after=after,
-        free_below=below,
+        triggers=triggers,
         window=_window(spec.get("window")),
         min_interval=min_interval,
         budgets=_budgets(spec.get("budgets")),

@@ -15,6 +15,7 @@ PACKAGES = (
     "hami_place_core",
     "hami_place_core/kube",
     "hami_place_core/planning",
+    "hami_place_core/triggers",
     "kubectl_hami_place",
     "agent",
     "testbed",
