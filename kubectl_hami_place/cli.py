@@ -104,6 +104,12 @@ def version() -> None:
 USER_ERRORS = (UserError, KubeError, SnapshotError, TargetError)
 
 
+def usage_line(e: click.UsageError) -> str:
+    """A usage error in one line, as every other error (kubectl's wording, its help pointer)."""
+    where = e.ctx.command_path if e.ctx is not None else "kubectl hami-place"
+    return f"error: {e.format_message().rstrip('.')} (see '{where} --help')"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
@@ -116,10 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
     except click.UsageError as e:
-        e.show()
+        click.echo(usage_line(e), err=True)
         return EXIT_USAGE
     except click.ClickException as e:
-        e.show()
+        click.echo(f"error: {e.format_message()}", err=True)
         return EXIT_ERROR
     except USER_ERRORS as e:
         if debug:

@@ -19,6 +19,7 @@ from kubectl_hami_place.options import (
     selector_option,
     strategy_option,
 )
+from kubectl_hami_place.printers import counted
 
 DEFAULT_MAX_MOVES = 10
 
@@ -110,7 +111,7 @@ def defrag(
     if start.solver_note == ABSENT:
         click.echo(f"note: {ABSENT}", err=True)  # the plan is the greedy planner's; say why
     click.echo(
-        f"plan ({objective}): {len(start.moves)} moves; whole GPUs free {start.before.whole_free} -> "
+        f"plan ({objective}): {counted(len(start.moves), 'move')}; whole GPUs free {start.before.whole_free} -> "
         f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"
     )
     if not do_apply:
@@ -183,6 +184,6 @@ def _summary(kube: Any, start: Any, done: int, selector: str | None) -> None:
     state = live_state(kube, selector, warn=False)
     now = cluster_metrics(state, mix_from_state(state)).total
     click.echo(
-        f"done: {done} moves; whole GPUs free {start.before.whole_free} -> {now.whole_free}, "
+        f"done: {counted(done, 'move')}; whole GPUs free {start.before.whole_free} -> {now.whole_free}, "
         f"FGD {start.before.fgd:.2f} -> {now.fgd:.2f}"
     )

@@ -26,6 +26,7 @@ from kubectl_hami_place.options import (
     target_options,
     watch_option,
 )
+from kubectl_hami_place.printers import counted
 
 DEFAULT_MOVE_TIMEOUT = "10m"
 
@@ -300,7 +301,7 @@ def _gpu_count_note(pod: dict[str, Any], gpus: tuple[str, ...], allowed: bool) -
             f"{len(gpus)}: its replacement would get {len(gpus)}; name {has} GPU{'s' if has != 1 else ''}, or "
             "pass --change-gpu-count to mean it"
         )
-    return f"the replacement gets {len(gpus)} GPUs where the pod has {has} (--change-gpu-count)"
+    return f"the replacement gets {counted(len(gpus), 'GPU')} where the pod has {has} (--change-gpu-count)"
 
 
 def _current_target(kube: Any, pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:

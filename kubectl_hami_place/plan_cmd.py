@@ -14,7 +14,7 @@ import click
 
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
-from kubectl_hami_place.printers import is_structured, print_structured
+from kubectl_hami_place.printers import counted, is_structured, print_structured
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
 # -o json's apiVersion and kind: a client-side document (no such object exists in the cluster)
@@ -268,8 +268,9 @@ def _yaml(doc: dict[str, Any]) -> str:
 
 def _headline(result: Any) -> str:
     return (
-        f"plan ({result.objective}): {len(result.moves)} moves; whole GPUs free {result.before.whole_free} -> "
-        f"{result.after.whole_free}, FGD {result.before.fgd:.2f} -> {result.after.fgd:.2f}"
+        f"plan ({result.objective}): {counted(len(result.moves), 'move')}; "
+        f"whole GPUs free {result.before.whole_free} -> {result.after.whole_free}, "
+        f"FGD {result.before.fgd:.2f} -> {result.after.fgd:.2f}"
     )
 
 
@@ -282,8 +283,8 @@ def stopping_line(result: Any) -> str | None:
     steps = "".join(f", {n} free {k}" for n, k in rest)
     n, k = points[-1]
     return (
-        f"stopping early (every prefix of the plan is a valid plan): the first {n0} moves free {k0} GPUs{steps}; "
-        f"all {n} free {k}"
+        "stopping early (every prefix of the plan is a valid plan): "
+        f"the first {counted(n0, 'move')} free {counted(k0, 'GPU')}{steps}; all {n} free {k}"
     )
 
 

@@ -54,3 +54,8 @@ def sort_items(items: list[Any], expression: str | None, view: Callable[[Any], A
     except JsonPathError as e:
         raise click.BadParameter(str(e), param_hint="'--sort-by'") from e
     return sorted(items, key=lambda o: key(view(o)))
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 move`, `2 moves`, `0 GPUs`: a count and its noun, in English."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

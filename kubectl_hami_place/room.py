@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.printers import counted
 
 
 def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any, dict[str, Any] | None]:
@@ -159,12 +160,12 @@ def defrag_for(
         placed = _scheduled(kube, pod)
         if placed:
             # The room made was enough and the scheduler placed the pod itself on its next try.
-            click.echo(f"room made after {done} moves: {placed}")
+            click.echo(f"room made after {counted(done, 'move')}: {placed}")
             return
         room = make_room(live_state(kube, selector, warn=False), request, options(done))
         if not room.ok:
-            raise UserError(f"after {done} moves the room is gone: {room.reason}")
-    click.echo(f"room made after {done} moves: {headline(room)}")
+            raise UserError(f"after {counted(done, 'move')} the room is gone: {room.reason}")
+    click.echo(f"room made after {counted(done, 'move')}: {headline(room)}")
     click.echo(pin_pending(kube, pod, room, kw))
 
 

@@ -276,7 +276,7 @@ def test_plan_and_defrag_avoid_a_node_without_cpu(live: Live) -> None:
 
         applied = live.run("defrag", "-l", sel, "--apply", "--timeout", "120s", timeout=300)
         assert applied.returncode == 0, (applied.stdout, applied.stderr)
-        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 moves; whole GPUs free 0 -> 1,")
+        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 move; whole GPUs free 0 -> 1,")
         assert wait_for("the large slice moved", lambda: (p := placed()) and p.get("large") == light and p, 60) == {
             "small": light,
             "large": light,
@@ -327,7 +327,7 @@ def test_defrag_with_strategy_auto_moves_where_a_pdb_blocks_every_eviction(live:
         applied = live.run("defrag", "-l", sel, "--apply", "--strategy", "auto", "--timeout", "120s", timeout=300)
         assert applied.returncode == 0, (applied.stdout, applied.stderr)
         assert "ScalingUp" in applied.stdout and "ScalingDown" in applied.stdout, applied.stdout
-        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 moves; whole GPUs free 0 -> 1,")
+        assert applied.stdout.rstrip().splitlines()[-1].startswith("done: 1 move; whole GPUs free 0 -> 1,")
         made = client.CustomObjectsApi(api).list_namespaced_custom_object(
             "scheduling.hami.placement.com", "v1", ns, "hamipodplacements"
         )["items"]

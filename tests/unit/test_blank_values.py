@@ -82,3 +82,22 @@ def test_a_real_value_still_works() -> None:
     result = CliRunner().invoke(cli, ["plan", "--snapshot", "example", "--for-request", "gpus=1", "-o", "json"])
     assert result.exit_code == 0, result.output
     assert '"kind": "HamiRoomPlan"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["plan", "--for", ""], "error: Invalid value for '--for': must not be empty or whitespace"),
+        (["plan", "--no-such-flag"], "error: No such option '--no-such-flag'"),
+        (["no-such-command"], "error: No such command 'no-such-command'"),
+        (["pin", "deploy/x", "--node", "n", "--gpu", "gpu-x"], "error: Invalid value for '--gpu'"),
+    ],
+)
+def test_a_usage_error_is_one_line_on_stderr(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's promise: errors are one line (usage errors took four: Usage, Try, blank, Error)."""
+    from kubectl_hami_place.cli import main
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(line) and err.rstrip().endswith("--help')"), err

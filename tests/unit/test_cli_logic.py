@@ -212,3 +212,11 @@ def test_progress_stream_waits_for_the_agents_cache_but_not_for_a_missing_servic
     with pytest.raises(kube_errors.NotFound, match="placement"):
         list(_sse_views_when_cached(never, AgentRef(), "ns", "p", 1.0, grace=0.5))  # type: ignore[arg-type]
     assert 2 <= never.calls <= 5
+
+
+def test_counts_read_as_english() -> None:
+    """Issue 40: "1 moves", "1 GPUs" in plan, defrag and room lines."""
+    from kubectl_hami_place.printers import counted
+
+    assert [counted(n, "move") for n in (0, 1, 2)] == ["0 moves", "1 move", "2 moves"]
+    assert counted(1, "GPU") == "1 GPU"
