@@ -19,7 +19,7 @@ from kubectl_hami_place.options import (
     selector_option,
     strategy_option,
 )
-from kubectl_hami_place.printers import counted
+from kubectl_hami_place.printers import counted, warn_if_exact_skipped
 
 DEFAULT_MAX_MOVES = 10
 
@@ -110,6 +110,7 @@ def defrag(
         raise UserError(str(e)) from e
     if start.solver_note == ABSENT:
         click.echo(f"note: {ABSENT}", err=True)  # the plan is the greedy planner's; say why
+    warn_if_exact_skipped(kw["solver"], start.solver_note)
     click.echo(
         f"plan ({objective}): {counted(len(start.moves), 'move')}; whole GPUs free {start.before.whole_free} -> "
         f"{start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"

@@ -14,7 +14,7 @@ import click
 
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
-from kubectl_hami_place.printers import counted, is_structured, print_structured
+from kubectl_hami_place.printers import counted, is_structured, print_structured, warn_if_exact_skipped
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
 # -o json's apiVersion and kind: a client-side document (no such object exists in the cluster)
@@ -146,7 +146,7 @@ def plan(
     from kubectl_hami_place.render import warn_unreadable
 
     if snapshot and selector:
-        raise UserError("-l/--selector cannot be combined with --snapshot")
+        raise click.UsageError("-l/--selector cannot be combined with --snapshot")
     if report and (for_pod is not None or for_request is not None):
         raise click.UsageError("--report draws a defragmentation plan: it cannot be combined with --for/--for-request")
     # On a terminal, a progress line on stderr once this takes over a second. From the live
@@ -212,9 +212,11 @@ def _compute(state: Any, options: Any, kube: Any, for_pod: str | None, for_reque
             raise no_room(room)
         return room
     try:
-        return make_plan(state, options)
+        result = make_plan(state, options)
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
+    warn_if_exact_skipped(options.solver, result.solver_note)
+    return result
 
 
 def plan_doc(result: Any, source: str) -> dict[str, Any]:

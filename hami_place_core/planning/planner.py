@@ -62,6 +62,10 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
     )
 
 
+# The start of the note of a plan whose exact stage did not run for the state's size.
+TOO_LARGE = "exact planner: state too large for"
+
+
 class SolverUnavailable(ValueError):
     """--solver exact without HiGHS installed."""
 
@@ -77,8 +81,8 @@ def _exact(
     limit = exact_planner.EXACT_MAX_PAIRS if options.solver == "exact" else exact_planner.EXACT_AUTO_PAIRS
     if pairs > limit:
         # Checked before importing HiGHS (auto): the shipped openb example has 21.5 million pairs.
-        why = f"state too large for {options.solver} ({pairs:,} pod-GPU pairs to consider, over {limit:,})"
-        return greedy, "greedy", f"exact planner: {why}"
+        why = f"{TOO_LARGE} {options.solver} ({pairs:,} pod-GPU pairs to consider, over {limit:,})"
+        return greedy, "greedy", why
     if not exact_planner.available():
         return greedy, "greedy", exact_planner.ABSENT
     floor = sum(len(m.frees) - len(m.takes) for m in greedy)

@@ -49,3 +49,16 @@ def test_readme_names_every_command_and_links_the_reference() -> None:
     missing = [n for n in COMMANDS if f"kubectl hami-place {n}" not in readme]
     assert not missing, f"README.md never shows: {missing}"
     assert "docs/cli.md" in readme
+
+
+def test_the_readme_for_request_examples_run_on_the_shipped_example() -> None:
+    """Issue 40: the README's own `--for-request gpus=4,type=A100` failed on the example (no A100
+    there). Each request the README shows is planned on the example, and finds room."""
+    from click.testing import CliRunner
+
+    specs = re.findall(r"--for-request ([^`\s]+)", (ROOT / "README.md").read_text())
+    assert specs
+    for spec in specs:
+        result = CliRunner().invoke(cli, ["plan", "--snapshot", "example", "--for-request", spec, "-o", "json"])
+        assert result.exit_code == 0, (spec, result.output)
+        assert '"fits": true' in result.stdout or '"node": "' in result.stdout, (spec, result.stdout[:300])

@@ -271,3 +271,19 @@ def test_for_request_that_cannot_fit_says_why_and_exits_1(scattered: str) -> Non
 def test_for_usage_errors_exit_2(scattered: str, args: tuple[str, ...], message: str) -> None:
     result = invoke("--snapshot", scattered, *args)
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_exact_asked_for_on_a_state_too_large_says_so_on_stderr() -> None:
+    """Issue 40: `--solver exact` on a large state fell back to the greedy plan with exit 0 and a
+    note only inside the output (none with -o yaml)."""
+    result = invoke("--snapshot", "example", "--solver", "exact", "--max-moves", "2", "-o", "yaml")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: --solver exact: state too large for exact (21,487,308 pod-GPU pairs")
+    assert result.stderr.rstrip().endswith("the plan is the greedy planner's")
+    assert "warning" not in invoke("--snapshot", "example", "--max-moves", "2", "-o", "yaml").stderr  # auto: silent
+
+
+def test_a_selector_with_a_snapshot_is_a_usage_error() -> None:
+    """As every other conflict of flags: exit 2 (it was 1)."""
+    result = invoke("--snapshot", "example", "-l", "pool=a")
+    assert result.exit_code == 2 and "-l/--selector cannot be combined with --snapshot" in result.output
