@@ -45,10 +45,12 @@ from agent.events import EventRecorder
 from agent.intents import SIGNATURE, IntentSigner
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
+from agent.policy_writer import PolicyStatusWriter, plan_key
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.planning.model import Move, copy_state
+from hami_place_core.policy_lifecycle import Seen
 
 log = logging.getLogger("hami_place.agent.autopilot")
 
@@ -73,10 +75,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def policy_path(name: str, status: bool = False) -> str:
-    return f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}/{name}" + ("/status" if status else "")
-
-
 def move_placement_name(policy: str, pod_uid: str, started: str) -> tuple[str, str]:
     """(name, reqID) of the placement for one move: the same intent always gives the same name."""
     digest = hashlib.sha256(f"{policy}/{pod_uid}/{started}".encode()).hexdigest()[:10]
@@ -95,6 +93,7 @@ class Autopilot:
         self.settings, self.cache, self.kube, self.events, self.leader = settings, cache, kube, events, leader
         self.wake = asyncio.Event()
         self.signer = IntentSigner(settings.intent_key_file)
+        self.writer = PolicyStatusWriter(kube, cache, events)
         cache.subscribe("policies", self._on_policy)
         cache.subscribe("placements", self._on_placement)
 
@@ -148,7 +147,7 @@ class Autopilot:
         try:
             policy = dp.parse_policy(obj)
         except dp.PolicyError as e:
-            await self._write(obj, _with(status, now, obj, "Blocked", f"invalid policy: {e}", ready=False))
+            await self.writer.write(obj, status, Seen.INVALID, f"invalid policy: {e}", now)
             metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="invalid").inc()
             return
         status = await self._settle(obj, policy, status, now)
@@ -156,7 +155,7 @@ class Autopilot:
             await self._follow(obj, policy, status, now)
             return
         if policy.suspend:
-            await self._write(obj, _with(status, now, obj, "Suspended", "spec.suspend is true: nothing is evaluated"))
+            await self.writer.write(obj, status, Seen.SUSPENDED, "spec.suspend is true: nothing is evaluated", now)
             return
         s = self.settings
         served = {
@@ -187,47 +186,41 @@ class Autopilot:
         status["trigger"] = d.trigger
         status["plan"] = _plan_view(d, now) if d.trigger and not d.blocked else None
         metrics.AUTOPILOT_PLAN_MOVES.labels(policy=policy.name).set(len(d.moves))
+        write = self.writer.write
         if not d.trigger:
-            await self._write(obj, _with(status, now, obj, "Idle", "no trigger fired"))
+            await write(obj, status, Seen.NO_TRIGGER, "no trigger fired", now)
             return
         if d.blocked:
-            was = (status.get("state"), status.get("message"))
-            if await self._write(obj, _with(status, now, obj, "Blocked", d.blocked)) and was != (
-                "Blocked",
-                d.blocked[:1024],
-            ):
-                await self._event(obj, "NoPlan", f"{d.trigger}: {d.blocked}", "Warning")
+            await write(obj, status, Seen.NO_PLAN, d.blocked, now, event_message=f"{d.trigger}: {d.blocked}")
             return
-        changed = _plan_key(old_plan) != _plan_key(status["plan"])
+        changed = plan_key(old_plan) != plan_key(status["plan"])
         if policy.mode == "DryRun" or not (d.moves or d.pins_pending_pod):
             msg = _describe(d) + (" (DryRun: nothing is moved)" if policy.mode == "DryRun" else "")
-            if await self._write(obj, _with(status, now, obj, "Planned", msg)) and changed:
-                await self._event(obj, "Planned", msg)
+            await write(obj, status, Seen.PLANNED, msg, now, plan_changed=changed)
             return
         if d.pins_pending_pod and d.pending is not None and not _has_controller(d.pending.pod):
             # A standalone pod is never deleted: the room is made, and HAMi places it.
             msg = f"room is made for {d.pending.key} (no controller: the scheduler places it itself)"
-            if await self._write(obj, _with(status, now, obj, "Planned", msg)) and changed:
-                await self._event(obj, "Planned", msg)
+            await write(obj, status, Seen.PLANNED, msg, now, plan_changed=changed)
             return
         waiting = self._wait_reason(policy, status, now)
         if waiting is not None:
-            state, msg = waiting
-            if await self._write(obj, _with(status, now, obj, state, f"{_describe(d)}; waiting: {msg}")) and changed:
-                await self._event(obj, "Planned", _describe(d))
+            seen, msg = waiting
+            text = f"{_describe(d)}; waiting: {msg}"
+            await write(obj, status, seen, text, now, event_message=_describe(d), plan_changed=changed)
             return
         await self._start(obj, policy, status, d, now)
 
-    def _wait_reason(self, policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> tuple[str, str] | None:
+    def _wait_reason(self, policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> tuple[Seen, str] | None:
         if policy.window is not None:
             is_open, when = policy.window.state(now)
             if not is_open:
                 nxt = dp.format_time(when) if when else "never"
-                return "WaitingForWindow", f"outside the window (next opens {nxt})"
+                return Seen.OUTSIDE_WINDOW, f"outside the window (next opens {nxt})"
         budget = dp.budget_wait(policy, dp.recent_moves(status), now)
         if budget is not None:
             why, until = budget
-            return "WaitingForBudget", f"{why}; next move after {dp.format_time(until)}"
+            return Seen.OVER_BUDGET, f"{why}; next move after {dp.format_time(until)}"
         return None
 
     # ---- starting a move -------------------------------------------------------------------------
@@ -236,7 +229,7 @@ class Autopilot:
     ) -> None:
         step = _next_step(d, self.cache)
         if step is None:
-            await self._write(obj, _with(status, now, obj, "Blocked", "the pod to move is gone from the cache"))
+            await self.writer.write(obj, status, Seen.POD_GONE, "the pod to move is gone from the cache", now)
             return
         pod_key, pod_uid, node, gpus, workload = step
         started = dp.format_time(now)
@@ -259,10 +252,9 @@ class Autopilot:
             {"pod": pod_key, "placement": f"{namespace}/{name}", "startedAt": started, "result": "InFlight"},
         ]
         msg = f"moving {pod_key} to {node}/{','.join(f'gpu-{i}' for i in gpus)} ({_describe(d)})"
-        if not await self._write(obj, _with(status, now, obj, "Moving", msg)):
+        if not await self.writer.write(obj, status, Seen.MOVE_STARTED, msg, now):
             return  # another writer moved the policy on: no intent recorded, nothing created
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="started").inc()
-        await self._event(obj, "MoveStarted", msg)
         refused = await self._create_placement(policy, status["inFlight"])
         if refused:
             await self._fail_now(policy, status["inFlight"], refused)
@@ -277,9 +269,9 @@ class Autopilot:
         now = _now()
         status = _record_result(dict(obj.get("status") or {}), flight, "Failed", why, now, cool=not refused)
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="failed").inc()
-        if await self._write(obj, _with(status, now, obj, "Planned", f"move failed: {why}")):
-            reason = "IntentRefused" if refused else "MoveFailed"
-            await self._event(obj, reason, f"{flight.get('pod')}: {why}", "Warning")
+        seen = Seen.INTENT_REFUSED if refused else Seen.MOVE_FAILED
+        event = f"{flight.get('pod')}: {why}"
+        await self.writer.write(obj, status, seen, f"move failed: {why}", now, event_message=event)
 
     def _refusal(self, obj: dict[str, Any], policy: dp.Policy, flight: dict[str, Any], creating: bool) -> str:
         """Why this recorded intent is not followed ("" if it is): who wrote it is checked at
@@ -383,7 +375,7 @@ class Autopilot:
         status = _record_result(status, flight, result, why, now)
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result=result.lower()).inc()
         level = "Normal" if result == "Succeeded" else "Warning"
-        await self._event(obj, f"Move{result}", f"{flight.get('pod')}: {why}", level)
+        await self.writer.event(obj, f"Move{result}", f"{flight.get('pod')}: {why}", level)
         return status
 
     def _flight_result(self, flight: dict[str, Any], now: dt.datetime) -> tuple[str | None, str]:
@@ -416,31 +408,7 @@ class Autopilot:
                 await self._fail_now(policy, flight, failed)
                 return
         msg = f"moving {flight.get('pod')} through placement {flight.get('placement')}"
-        await self._write(obj, _with(status, now, obj, "Moving", msg))
-
-    # ---- writes ---------------------------------------------------------------------------------
-    async def _write(self, obj: dict[str, Any], status: dict[str, Any]) -> bool:
-        """PUT the status with the resourceVersion the decision was made on; False on a conflict."""
-        meta = obj.get("metadata") or {}
-        if _unchanged(obj.get("status"), status):
-            return True  # only the evaluation time moved, and not by much: spare the API server a write
-        body = {
-            "apiVersion": dp.API_VERSION,
-            "kind": dp.KIND,
-            "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
-            "status": {k: v for k, v in status.items() if v is not None},
-        }
-        try:
-            updated = await self.kube.request("PUT", policy_path(str(meta.get("name")), status=True), body=body)
-        except kube_errors.Conflict:
-            return False
-        self.cache.apply("policies", {"type": "MODIFIED", "object": updated})
-        return True
-
-    async def _event(self, obj: dict[str, Any], reason: str, message: str, type_: str = "Normal") -> None:
-        meta = obj.get("metadata") or {}
-        involved = {"apiVersion": dp.API_VERSION, "kind": dp.KIND, "name": meta.get("name"), "uid": meta.get("uid")}
-        await self.events.record(involved, reason, message, type_)
+        await self.writer.write(obj, status, Seen.MOVE_IN_FLIGHT, msg, now)
 
 
 # ---- status pieces (plain functions) -----------------------------------------------------------------
@@ -463,24 +431,6 @@ def _next_step(d: Decision, cache: ClusterCache) -> tuple[str, str, str, tuple[i
 
 def _uid(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
-
-
-# lastEvaluationTime alone is refreshed at most this often (each evaluation still happens).
-EVALUATION_STAMP_EVERY = dt.timedelta(seconds=60)
-
-
-def _unchanged(old: object, new: dict[str, Any]) -> bool:
-    if not isinstance(old, dict):
-        return False
-    strip = ("lastEvaluationTime", "plan")
-    if {k: v for k, v in old.items() if k not in strip} != {
-        k: v for k, v in new.items() if k not in strip and v is not None
-    }:
-        return False
-    if _plan_key(old.get("plan")) != _plan_key(new.get("plan")):
-        return False
-    before, after = dp.parse_time(old.get("lastEvaluationTime")), dp.parse_time(new.get("lastEvaluationTime"))
-    return before is not None and after is not None and after - before < EVALUATION_STAMP_EVERY
 
 
 def _has_controller(pod: Any) -> bool:
@@ -560,13 +510,6 @@ def _plan_view(d: Decision, now: dt.datetime) -> dict[str, Any]:
     return view
 
 
-def _plan_key(plan: object) -> object:
-    """A plan without its time stamp: two evaluations with this equal made the same plan."""
-    if not isinstance(plan, dict):
-        return None
-    return {k: v for k, v in plan.items() if k != "computedAt"}
-
-
 def _describe(d: Decision) -> str:
     if d.pending is not None:
         where = f"{d.node}/{','.join(f'gpu-{i}' for i in d.gpus)}"
@@ -574,35 +517,3 @@ def _describe(d: Decision) -> str:
             return f"room is made for {d.pending.key} on {where}: pinning it there"
         return f"{len(d.moves)} move(s) make room for {d.pending.key} on {where}"
     return f"{len(d.moves)} move(s) free {d.gpus_freed} whole GPU(s)"
-
-
-def _with(
-    status: dict[str, Any], now: dt.datetime, obj: dict[str, Any], state: str, message: str, ready: bool = True
-) -> dict[str, Any]:
-    """The status with its state, message, evaluation time and Ready condition set."""
-    out = dict(status)
-    out["state"] = state
-    out["message"] = message[:1024]
-    out["lastEvaluationTime"] = dp.format_time(now)
-    gen = (obj.get("metadata") or {}).get("generation")
-    if isinstance(gen, int):
-        out["observedGeneration"] = gen
-    out["conditions"] = _conditions(status.get("conditions"), now, gen, ready, message)
-    return out
-
-
-def _conditions(old: object, now: dt.datetime, gen: object, ready: bool, message: str) -> list[dict[str, Any]]:
-    value = "True" if ready else "False"
-    conditions = old if isinstance(old, list) else []
-    prev = next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
-    since = prev.get("lastTransitionTime") if prev and prev.get("status") == value else dp.format_time(now)
-    cond = {
-        "type": "Ready",
-        "status": value,
-        "lastTransitionTime": since,
-        "reason": "Evaluated" if ready else "InvalidPolicy",
-        "message": "the autopilot evaluates this policy" if ready else message[:1024],
-    }
-    if isinstance(gen, int):
-        cond["observedGeneration"] = gen
-    return [cond]

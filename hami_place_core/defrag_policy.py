@@ -23,6 +23,7 @@ from hami_place_core.policy_fields import INT32, PolicyError
 from hami_place_core.policy_fields import duration as _duration
 from hami_place_core.policy_fields import integer as _int
 from hami_place_core.policy_fields import mapping as _mapping
+from hami_place_core.policy_lifecycle import PolicyState
 from hami_place_core.schedule import ScheduleError, Window, brief_repr
 from hami_place_core.selectors import matches
 from hami_place_core.triggers import TRIGGERS, free_gpus, pending_pods
@@ -37,7 +38,7 @@ POLICY_LABEL = f"{GROUP}/policy"
 
 Mode = Literal["DryRun", "Apply"]
 MODES = ("DryRun", "Apply")
-STATES = ("Idle", "Planned", "Moving", "WaitingForWindow", "WaitingForBudget", "Blocked", "Suspended")
+STATES = tuple(str(s) for s in PolicyState)  # the CRD's status.state enum
 RESULTS = ("InFlight", "Succeeded", "Failed")
 # A pod whose move failed is left out of plans for this long: the same pod is not retried in a loop.
 FAILED_POD_COOLDOWN = dt.timedelta(hours=1)
