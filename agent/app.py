@@ -32,6 +32,7 @@ from agent.errors import AgentError, Missing, NotReady
 from agent.events import EventRecorder
 from agent.kube import AsyncKube, Credentials, load_credentials
 from agent.leader import LeaderElector
+from agent.loop_lag import watch_lag
 from agent.mutate import PodMutator
 from agent.tls import ServingTLS, require_webhook_client
 from agent.validate import PlacementValidator
@@ -100,6 +101,7 @@ def create_app(
         app.ctx.controller_task = asyncio.create_task(app.ctx.controller.run(), name="placement-controller")
         app.ctx.autopilot_task = None
         app.ctx.tls_task = None
+        app.ctx.lag_task = asyncio.create_task(watch_lag(), name="event-loop-lag")
         if app.ctx.tls is not None and s.cert_reload_seconds > 0:
             app.ctx.tls_task = asyncio.create_task(app.ctx.tls.watch(s.cert_reload_seconds), name="tls-reload")
         if s.autopilot_enabled:
@@ -109,7 +111,13 @@ def create_app(
 
     @app.after_server_stop
     async def stop(app: Sanic) -> None:
-        running = (app.ctx.controller_task, app.ctx.leader_task, app.ctx.autopilot_task, app.ctx.tls_task)
+        running = (
+            app.ctx.controller_task,
+            app.ctx.leader_task,
+            app.ctx.autopilot_task,
+            app.ctx.tls_task,
+            app.ctx.lag_task,
+        )
         tasks = [t for t in running if t is not None]
         for t in tasks:
             t.cancel()

@@ -58,6 +58,32 @@ MOVES = Counter(
 )
 LEADER = Gauge("hami_place_leader", "1 while this replica holds the controller lease.", registry=REGISTRY)
 ERRORS = Counter("hami_place_errors_total", "Errors, by kind.", ["kind"], registry=REGISTRY)
+# agent/loop_lag.py: how late the event loop woke (work held it); webhooks answer on that loop.
+LOOP_LAG = Histogram(
+    "hami_place_event_loop_lag_seconds",
+    "How much later than asked the agent's event loop woke (a stall delays every webhook answer).",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+LOOP_LAG_MAX = Gauge(
+    "hami_place_event_loop_lag_max_seconds", "The worst event-loop lag since the agent started.", registry=REGISTRY
+)
+
+
+_worst_lag = [0.0]
+
+
+def record_loop_lag(seconds: float) -> None:
+    LOOP_LAG.observe(seconds)
+    if seconds > _worst_lag[0]:
+        _worst_lag[0] = seconds
+        LOOP_LAG_MAX.set(seconds)
+
+
+def worst_loop_lag() -> float:
+    return _worst_lag[0]
+
+
 CERT_RELOADS = Counter(
     "hami_place_certificate_reloads_total",
     "Serving certificate / webhook client CA files that changed: reloaded, or failed (previous kept).",

@@ -498,7 +498,11 @@ def test_sse_streams_phase_transitions_and_metrics_count_them(api, agents, ans, 
         'hami_place_cache_synced{resource="pods"} 1.0',
         "hami_place_phase_transitions_total",
         "hami_place_claim_lease_expiries_total",
+        "hami_place_event_loop_lag_seconds_bucket",  # the stall detector runs (agent/loop_lag.py)
+        "hami_place_event_loop_lag_max_seconds",
     ):
         assert metric in text, metric
+    lag_count = next(line for line in text.splitlines() if line.startswith("hami_place_event_loop_lag_seconds_count"))
+    assert float(lag_count.split()[-1]) > 0
     claims = next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("hami_place_claims_total "))
     assert claims >= 1

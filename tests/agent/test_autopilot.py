@@ -22,6 +22,7 @@ from kubernetes.client import ApiException
 
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
+from kubectl_hami_place.printers import counted
 from testbed.agent_set import AgentSet
 from testbed.allocation import start_allocator
 from testbed.crd import install_crd
@@ -604,7 +605,7 @@ def test_defrag_for_a_pending_pod_makes_room_and_places_it(pool: dict[str, Any],
     assert dry.exit_code == 0 and "dry run: nothing changed" in dry.stdout, dry.output
     applied = CliRunner().invoke(cli, [*args, "--apply", "--timeout", "120s"])
     assert applied.exit_code == 0, (applied.output, applied.exception)
-    assert f"room made after {len(planned['moves'])} moves" in applied.stdout, applied.stdout
+    assert f"room made after {counted(len(planned['moves']), 'move')}" in applied.stdout, applied.stdout
     # Either the scheduler placed it on its next try, or defrag recreated it pinned there.
     assert f"on node {node.name}" in applied.stdout or "recreated by its controller on " + node.name in applied.stdout
 
