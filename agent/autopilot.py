@@ -35,6 +35,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import logging
+from dataclasses import replace
 from typing import Any
 
 from agent import metrics
@@ -42,7 +43,7 @@ from agent.autopilot_plan import Decision, decide, surge_leaving
 from agent.cache import ClusterCache
 from agent.config import Settings
 from agent.events import EventRecorder
-from agent.intents import SIGNATURE, IntentSigner
+from agent.intents import IntentSigner
 from agent.kube import AsyncKube
 from agent.leader import LeaderElector
 from agent.policy_writer import PolicyStatusWriter, plan_key
@@ -51,6 +52,7 @@ from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.planning.model import Move, copy_state
 from hami_place_core.policy_lifecycle import Seen
+from hami_place_core.policy_status import InFlight, PolicyStatus
 
 log = logging.getLogger("hami_place.agent.autopilot")
 
@@ -64,10 +66,10 @@ CREATE_RETRY_WINDOW = dt.timedelta(minutes=3)
 TERMINAL: dict[str, str] = {hp.COMPLETED: "Succeeded", hp.FAILED: "Failed", hp.CANCELLED: "Failed"}
 
 
-def create_retry_open(flight: dict[str, Any], now: dt.datetime) -> bool:
+def create_retry_open(flight: InFlight, now: dt.datetime) -> bool:
     """Whether a placement that could not be created for a transient reason is still tried again
     (CREATE_RETRY_WINDOW from the move's start), rather than failing the move."""
-    started = dp.parse_time(flight.get("startedAt")) or now
+    started = dp.parse_time(flight.started_at) or now
     return now - started < CREATE_RETRY_WINDOW
 
 
@@ -142,7 +144,7 @@ class Autopilot:
     # ---- one evaluation --------------------------------------------------------------------------
     async def evaluate(self, obj: dict[str, Any]) -> None:
         now = _now()
-        status = dict(obj.get("status") or {})
+        status = PolicyStatus.from_dict(obj.get("status"))
         name = str((obj.get("metadata") or {}).get("name"))
         try:
             policy = dp.parse_policy(obj)
@@ -151,8 +153,8 @@ class Autopilot:
             metrics.AUTOPILOT_EVALUATIONS.labels(policy=name, result="invalid").inc()
             return
         status = await self._settle(obj, policy, status, now)
-        if status.get("inFlight"):
-            await self._follow(obj, policy, status, now)
+        if status.in_flight is not None:
+            await self._follow(obj, policy, status, status.in_flight, now)
             return
         if policy.suspend:
             await self.writer.write(obj, status, Seen.SUSPENDED, "spec.suspend is true: nothing is evaluated", now)
@@ -171,7 +173,7 @@ class Autopilot:
             policy,
             copy_state(self.cache.state),
             served,
-            dp.cooling_pods(status, now),
+            dp.cooling_pods(status.to_dict(), now),
             self.settings.excluded_namespaces,
             now,
             surge_leaving(self.cache.all_placements()),
@@ -180,11 +182,10 @@ class Autopilot:
         await self._act(obj, policy, status, decision, now)
 
     async def _act(
-        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], d: Decision, now: dt.datetime
+        self, obj: dict[str, Any], policy: dp.Policy, status: PolicyStatus, d: Decision, now: dt.datetime
     ) -> None:
-        old_plan = status.get("plan")
-        status["trigger"] = d.trigger
-        status["plan"] = _plan_view(d, now) if d.trigger and not d.blocked else None
+        old_plan = status.plan
+        status = status.with_(trigger=d.trigger, plan=_plan_view(d, now) if d.trigger and not d.blocked else None)
         metrics.AUTOPILOT_PLAN_MOVES.labels(policy=policy.name).set(len(d.moves))
         write = self.writer.write
         if not d.trigger:
@@ -193,7 +194,7 @@ class Autopilot:
         if d.blocked:
             await write(obj, status, Seen.NO_PLAN, d.blocked, now, event_message=f"{d.trigger}: {d.blocked}")
             return
-        changed = plan_key(old_plan) != plan_key(status["plan"])
+        changed = plan_key(old_plan) != plan_key(status.plan)
         if policy.mode == "DryRun" or not (d.moves or d.pins_pending_pod):
             msg = _describe(d) + (" (DryRun: nothing is moved)" if policy.mode == "DryRun" else "")
             await write(obj, status, Seen.PLANNED, msg, now, plan_changed=changed)
@@ -211,13 +212,13 @@ class Autopilot:
             return
         await self._start(obj, policy, status, d, now)
 
-    def _wait_reason(self, policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> tuple[Seen, str] | None:
+    def _wait_reason(self, policy: dp.Policy, status: PolicyStatus, now: dt.datetime) -> tuple[Seen, str] | None:
         if policy.window is not None:
             is_open, when = policy.window.state(now)
             if not is_open:
                 nxt = dp.format_time(when) if when else "never"
                 return Seen.OUTSIDE_WINDOW, f"outside the window (next opens {nxt})"
-        budget = dp.budget_wait(policy, dp.recent_moves(status), now)
+        budget = dp.budget_wait(policy, dp.recent_moves(status.to_dict()), now)
         if budget is not None:
             why, until = budget
             return Seen.OVER_BUDGET, f"{why}; next move after {dp.format_time(until)}"
@@ -225,7 +226,7 @@ class Autopilot:
 
     # ---- starting a move -------------------------------------------------------------------------
     async def _start(
-        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], d: Decision, now: dt.datetime
+        self, obj: dict[str, Any], policy: dp.Policy, status: PolicyStatus, d: Decision, now: dt.datetime
     ) -> None:
         step = _next_step(d, self.cache)
         if step is None:
@@ -235,31 +236,29 @@ class Autopilot:
         started = dp.format_time(now)
         name, req_id = move_placement_name(policy.name, pod_uid, started)
         namespace = pod_key.split("/", 1)[0]
-        flight = {
-            "placement": f"{namespace}/{name}",
-            "pod": pod_key,
-            "workload": workload,
-            "podUID": pod_uid,
-            "startedAt": started,
-            "node": node,
-            "gpus": [f"gpu-{i}" for i in gpus],
-            "reqID": req_id,
-        }
-        status["inFlight"] = {**flight, SIGNATURE: self.signer.sign(_uid(obj), flight)}
-        moves = [*(status.get("recentMoves") or [])][-(dp.RECENT_MOVES_KEPT - 1) :]
-        status["recentMoves"] = [
-            *moves,
-            {"pod": pod_key, "placement": f"{namespace}/{name}", "startedAt": started, "result": "InFlight"},
-        ]
+        flight = InFlight(
+            placement=f"{namespace}/{name}",
+            pod=pod_key,
+            pod_uid=pod_uid,
+            started_at=started,
+            node=node,
+            gpus=tuple(f"gpu-{i}" for i in gpus),
+            req_id=req_id,
+            workload=workload,
+        )
+        flight = replace(flight, signature=self.signer.sign(_uid(obj), flight.to_dict(signed=False)))
+        moves = (*(status.recent_moves or ()),)[-(dp.RECENT_MOVES_KEPT - 1) :]
+        entry = {"pod": pod_key, "placement": flight.placement, "startedAt": started, "result": "InFlight"}
+        status = status.with_(in_flight=flight, recent_moves=(*moves, entry))
         msg = f"moving {pod_key} to {node}/{','.join(f'gpu-{i}' for i in gpus)} ({_describe(d)})"
         if not await self.writer.write(obj, status, Seen.MOVE_STARTED, msg, now):
             return  # another writer moved the policy on: no intent recorded, nothing created
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="started").inc()
-        refused = await self._create_placement(policy, status["inFlight"])
+        refused = await self._create_placement(policy, flight)
         if refused:
-            await self._fail_now(policy, status["inFlight"], refused)
+            await self._fail_now(policy, flight, refused)
 
-    async def _fail_now(self, policy: dp.Policy, flight: dict[str, Any], why: str, refused: bool = False) -> None:
+    async def _fail_now(self, policy: dp.Policy, flight: InFlight, why: str, refused: bool = False) -> None:
         """Record a move whose placement could not be created as failed, on the latest policy.
         `refused`: an intent the autopilot would not act on; nothing was tried, so its pod is not
         kept out of plans (a forged status must not be able to shelter a pod either)."""
@@ -267,45 +266,45 @@ class Autopilot:
         if obj is None:
             return
         now = _now()
-        status = _record_result(dict(obj.get("status") or {}), flight, "Failed", why, now, cool=not refused)
+        status = _record_result(PolicyStatus.from_dict(obj.get("status")), flight, "Failed", why, now, cool=not refused)
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result="failed").inc()
         seen = Seen.INTENT_REFUSED if refused else Seen.MOVE_FAILED
-        event = f"{flight.get('pod')}: {why}"
+        event = f"{flight.pod}: {why}"
         await self.writer.write(obj, status, seen, f"move failed: {why}", now, event_message=event)
 
-    def _refusal(self, obj: dict[str, Any], policy: dp.Policy, flight: dict[str, Any], creating: bool) -> str:
+    def _refusal(self, obj: dict[str, Any], policy: dp.Policy, flight: InFlight, creating: bool) -> str:
         """Why this recorded intent is not followed ("" if it is): who wrote it is checked at
         once, what it says when its placement is to be created (`creating`)."""
-        if not self.signer.verify(_uid(obj), flight):
+        if not self.signer.verify(_uid(obj), flight.to_dict()):
             return (
-                f"status.inFlight names pod {flight.get('pod')} without the agent's signature (written by someone "
+                f"status.inFlight names pod {flight.pod} without the agent's signature (written by someone "
                 "else, or by an agent with another intent key): nothing is created from it"
             )
         if not creating:
             return ""
         if not create_retry_open(flight, _now()):
-            return f"the intent to move {flight.get('pod')} is older than {CREATE_RETRY_WINDOW}: it is not replayed"
-        pod_ns, _, pod_name = str(flight.get("pod") or "").partition("/")
+            return f"the intent to move {flight.pod} is older than {CREATE_RETRY_WINDOW}: it is not replayed"
+        pod_ns, _, pod_name = flight.pod.partition("/")
         return intent_refusal(policy, flight, self.cache.pod(pod_ns, pod_name))
 
-    async def _create_placement(self, policy: dp.Policy, flight: dict[str, Any]) -> str:
+    async def _create_placement(self, policy: dp.Policy, flight: InFlight) -> str:
         """Create the move's placement; the reason it was refused, or "" (created, or it exists)."""
-        namespace, name = str(flight["placement"]).split("/", 1)
-        pod_ns, pod_name = str(flight["pod"]).split("/", 1)
+        namespace, _, name = flight.placement.partition("/")
+        pod_ns, _, pod_name = flight.pod.partition("/")
         pod = self.cache.pod(pod_ns, pod_name)
         if pod is None:
-            return f"pod {flight['pod']} is gone"
+            return f"pod {flight.pod} is gone"
         try:
             selector = hp.replacement_selector(pod, await self._owner(pod))
         except (kube_errors.KubeError, ValueError) as e:
-            return f"no selector for the replacement of {flight['pod']}: {e}"
+            return f"no selector for the replacement of {flight.pod}: {e}"
         manifest = hp.new_placement(
             namespace,
             name,
-            str(flight["reqID"]),
+            flight.req_id,
             selector,
-            str(flight["node"]),
-            list(flight["gpus"]),
+            flight.node,
+            list(flight.gpus),
             evict_pod=pod_name,
             created_by=CREATED_BY,
             strategy=policy.move_strategy,
@@ -342,7 +341,7 @@ class Autopilot:
                 namespace,
                 name,
                 e,
-                extra={"policy": policy.name, "placement": f"{namespace}/{name}", "pod": str(flight["pod"])},
+                extra={"policy": policy.name, "placement": f"{namespace}/{name}", "pod": flight.pod},
             )
             return f"placement {namespace}/{name} was refused: {e}"[:500]
         self.cache.apply("placements", {"type": "ADDED", "object": created})
@@ -362,12 +361,11 @@ class Autopilot:
 
     # ---- following a move --------------------------------------------------------------------------
     async def _settle(
-        self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], now: dt.datetime
-    ) -> dict[str, Any]:
+        self, obj: dict[str, Any], policy: dp.Policy, status: PolicyStatus, now: dt.datetime
+    ) -> PolicyStatus:
         """The status with a finished in-flight move recorded (and inFlight cleared)."""
-        flight = status.get("inFlight")
-        if not isinstance(flight, dict):
-            status.pop("inFlight", None)
+        flight = status.in_flight
+        if flight is None:
             return status
         result, why = self._flight_result(flight, now)
         if result is None:
@@ -375,11 +373,11 @@ class Autopilot:
         status = _record_result(status, flight, result, why, now)
         metrics.AUTOPILOT_MOVES.labels(policy=policy.name, result=result.lower()).inc()
         level = "Normal" if result == "Succeeded" else "Warning"
-        await self.writer.event(obj, f"Move{result}", f"{flight.get('pod')}: {why}", level)
+        await self.writer.event(obj, f"Move{result}", f"{flight.pod}: {why}", level)
         return status
 
-    def _flight_result(self, flight: dict[str, Any], now: dt.datetime) -> tuple[str | None, str]:
-        namespace, _, name = str(flight.get("placement") or "").partition("/")
+    def _flight_result(self, flight: InFlight, now: dt.datetime) -> tuple[str | None, str]:
+        namespace, _, name = flight.placement.partition("/")
         p = self.cache.placement(namespace, name)
         if p is not None:
             result = TERMINAL.get(str(p.phase))
@@ -387,14 +385,15 @@ class Autopilot:
                 detail = p.status.message or p.status.reason or p.phase
                 return result, f"placement {namespace}/{name} {p.phase}: {detail}"
             return None, ""
-        started = dp.parse_time(flight.get("startedAt")) or now
+        started = dp.parse_time(flight.started_at) or now
         if now - started < PLACEMENT_GRACE:
             return None, ""
         return None, "recreate"
 
-    async def _follow(self, obj: dict[str, Any], policy: dp.Policy, status: dict[str, Any], now: dt.datetime) -> None:
-        flight = status["inFlight"]
-        namespace, _, name = str(flight.get("placement") or "").partition("/")
+    async def _follow(
+        self, obj: dict[str, Any], policy: dp.Policy, status: PolicyStatus, flight: InFlight, now: dt.datetime
+    ) -> None:
+        namespace, _, name = flight.placement.partition("/")
         if self.cache.placement(namespace, name) is None:
             # Recorded but never seen: a create that failed for a transient reason (retried here),
             # a leader that stopped between the intent and the create, or a forged status.
@@ -407,7 +406,7 @@ class Autopilot:
             if failed:
                 await self._fail_now(policy, flight, failed)
                 return
-        msg = f"moving {flight.get('pod')} through placement {flight.get('placement')}"
+        msg = f"moving {flight.pod} through placement {flight.placement}"
         await self.writer.write(obj, status, Seen.MOVE_IN_FLIGHT, msg, now)
 
 
@@ -437,12 +436,12 @@ def _has_controller(pod: Any) -> bool:
     return any(o.get("controller") for o in (pod.get("metadata") or {}).get("ownerReferences") or ())
 
 
-def intent_refusal(policy: dp.Policy, flight: dict[str, Any], pod: dict[str, Any] | None) -> str:
+def intent_refusal(policy: dp.Policy, flight: InFlight, pod: dict[str, Any] | None) -> str:
     """Why the autopilot must not create the placement an ``inFlight`` records, judged by what it
     says ("" if nothing is wrong with it): only a move this policy itself could have started,
     the pod it names, under the name its own fields derive. Anyone who may write the policy's
     status can write this record (docs/security.md)."""
-    what = f"status.inFlight names pod {flight.get('pod')}"
+    what = f"status.inFlight names pod {flight.pod}"
     if policy.mode != "Apply":
         return f"{what}, but the policy is in {policy.mode} mode: it moves nothing"
     if pod is None:
@@ -450,42 +449,35 @@ def intent_refusal(policy: dp.Policy, flight: dict[str, Any], pod: dict[str, Any
     meta = pod.get("metadata") or {}
     if not policy.selects_pod(pod):
         return f"{what}, which the policy does not select"
-    uid, started = str(meta.get("uid") or ""), str(flight.get("startedAt") or "")
+    uid, started = str(meta.get("uid") or ""), flight.started_at
     name, req_id = move_placement_name(policy.name, uid, started)
-    if flight.get("podUID") != uid or flight.get("placement") != f"{meta.get('namespace')}/{name}":
+    if flight.pod_uid != uid or flight.placement != f"{meta.get('namespace')}/{name}":
         return f"{what}, but not the placement a move of that pod started at {started!r} creates"
-    if flight.get("reqID") != req_id or dp.parse_time(started) is None:
+    if flight.req_id != req_id or dp.parse_time(started) is None:
         return f"{what}, but its reqID or start time is not the autopilot's"
     return ""
 
 
 def _record_result(
-    status: dict[str, Any],
-    flight: dict[str, Any],
-    result: str,
-    why: str,
-    now: dt.datetime,
-    cool: bool = True,
-) -> dict[str, Any]:
-    status = dict(status)
-    status.pop("inFlight", None)
-    recent = []
-    for m in status.get("recentMoves") or []:
-        if isinstance(m, dict) and m.get("placement") == flight.get("placement") and m.get("result") == "InFlight":
-            m = {**m, "result": result}
-        recent.append(m)
-    status["recentMoves"] = recent
-    counter = "movesSucceeded" if result == "Succeeded" else "movesFailed"
-    status[counter] = int(status.get(counter) or 0) + 1
+    status: PolicyStatus, flight: InFlight, result: str, why: str, now: dt.datetime, cool: bool = True
+) -> PolicyStatus:
+    """The status with the move's result recorded: its recentMoves entry, a counter, and (failed,
+    `cool`) its pod and workload kept out of plans for FAILED_POD_COOLDOWN; inFlight cleared."""
+    recent = tuple(
+        {**m, "result": result} if m.get("placement") == flight.placement and m.get("result") == "InFlight" else m
+        for m in status.recent_moves or ()
+    )
+    status = status.with_(in_flight=None, recent_moves=recent)
+    if result == "Succeeded":
+        status = status.with_(moves_succeeded=(status.moves_succeeded or 0) + 1)
+    else:
+        status = status.with_(moves_failed=(status.moves_failed or 0) + 1)
     if result == "Failed" and cool:
-        failed = [
-            f for f in status.get("failedPods") or [] if isinstance(f, dict) and f.get("pod") != flight.get("pod")
-        ]
-        entry = {"pod": flight.get("pod"), "failedAt": dp.format_time(now), "reason": why[:500]}
-        if flight.get("workload"):
-            entry["workload"] = flight["workload"]
-        failed.append(entry)
-        status["failedPods"] = failed[-200:]
+        failed = [f for f in status.failed_pods or () if f.get("pod") != flight.pod]
+        entry = {"pod": flight.pod, "failedAt": dp.format_time(now), "reason": why[:500]}
+        if flight.workload:
+            entry["workload"] = flight.workload
+        status = status.with_(failed_pods=(*failed, entry)[-200:])
     return status
 
 

@@ -18,6 +18,7 @@ from agent.kube import AsyncKube
 from hami_place_core import defrag_policy as dp
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.policy_lifecycle import Seen, announces, step
+from hami_place_core.policy_status import PolicyStatus
 
 MESSAGE_LIMIT = 1024
 # lastEvaluationTime alone is refreshed at most this often (each evaluation still happens).
@@ -35,7 +36,7 @@ class PolicyStatusWriter:
     async def write(
         self,
         obj: dict[str, Any],
-        status: dict[str, Any],
+        status: PolicyStatus,
         seen: Seen,
         message: str,
         now: dt.datetime,
@@ -44,11 +45,11 @@ class PolicyStatusWriter:
     ) -> bool:
         """Write `status` as `seen` leaves it, with `message`; record the step's Event when the
         table says so (`event_message`, or the message). False when another writer came first."""
-        s = step(status.get("state"), seen)
-        new = with_state(status, now, obj, str(s.state), message, s.ready)
+        s = step(status.state, seen)
+        new = with_state(status.to_dict(), now, obj, str(s.state), message, s.ready)
         if not await self.put(obj, new):
             return False
-        old_view = (status.get("state"), status.get("message"))
+        old_view = (status.state, status.message)
         if announces(s, old_view, (new["state"], new["message"]), plan_changed):
             await self.event(obj, s.event, event_message or message, "Warning" if s.warning else "Normal")
         return True

@@ -12,7 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hami_place_core.annotations import GpuDevice
+from hami_place_core.devices import default_kind
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest
+
+_VENDOR = default_kind()
 
 CARD_NOT_HEALTH = "CardNotHealth"
 CARD_CORDONED = "CardCordoned"  # v2.10 hami.io/device-cordon; HAMi logs it, it has no constant
@@ -25,11 +28,17 @@ EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
 CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 
+
+def _bare(key: str) -> str:
+    """`key` without its ``vendor/`` prefix: a reason names the use- key in full, then the nouse- key short."""
+    return key.rpartition("/")[2]
+
+
 REASON_TEXT = {
     CARD_NOT_HEALTH: "GPU is unhealthy",
     CARD_CORDONED: "GPU is cordoned (hami.io/device-cordon)",
-    CARD_TYPE_MISMATCH: "GPU type excluded by nvidia.com/use-gputype / nouse-gputype",
-    CARD_UUID_MISMATCH: "GPU excluded by nvidia.com/use-gpuuuid / nouse-gpuuuid",
+    CARD_TYPE_MISMATCH: f"GPU type excluded by {_VENDOR.use_type} / {_bare(_VENDOR.nouse_type)}",
+    CARD_UUID_MISMATCH: f"GPU excluded by {_VENDOR.use_uuid} / {_bare(_VENDOR.nouse_uuid)}",
     CARD_TIME_SLICING_EXHAUSTED: "all share slots of the GPU are taken",
     CARD_INSUFFICIENT_MEMORY: "not enough free GPU memory",
     CARD_INSUFFICIENT_CORE: "not enough free GPU cores",

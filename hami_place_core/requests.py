@@ -22,13 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_place_core import annotations as ann
+from hami_place_core.devices import default_kind
 from hami_place_core.quantity import as_int64, value_ceil
 
-RES_GPU = "nvidia.com/gpu"
-RES_MEM = "nvidia.com/gpumem"
-RES_MEM_PCT = "nvidia.com/gpumem-percentage"
-RES_CORES = "nvidia.com/gpucores"
-HAMI_RESOURCES = (RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES, "nvidia.com/priority")
+# Every pod is read as the default vendor's (NVIDIA today); module constants, as they are read for
+# every container of every pod.
+_VENDOR = default_kind()
+RES_GPU = _VENDOR.resource_count
+RES_MEM = _VENDOR.resource_memory
+RES_MEM_PCT = _VENDOR.resource_memory_percentage
+RES_CORES = _VENDOR.resource_cores
+HAMI_RESOURCES = _VENDOR.resources
 
 PCT_UNSET = 101  # HAMi's internal "no percentage given" sentinel
 
@@ -89,10 +93,10 @@ class DeviceSelectors:
         if not any(k in a for k in _SELECTOR_KEYS):
             return _NO_SELECTORS
         return cls(
-            use_uuids=ann.use_list(a.get(ann.USE_GPU_UUID)),
-            nouse_uuids=ann.split_list(a.get(ann.NOUSE_GPU_UUID)),
-            use_types=ann.use_list(a.get(ann.USE_GPU_TYPE)),
-            nouse_types=ann.split_list(a.get(ann.NOUSE_GPU_TYPE)),
+            use_uuids=ann.use_list(a.get(_VENDOR.use_uuid)),
+            nouse_uuids=ann.split_list(a.get(_VENDOR.nouse_uuid)),
+            use_types=ann.use_list(a.get(_VENDOR.use_type)),
+            nouse_types=ann.split_list(a.get(_VENDOR.nouse_type)),
         )
 
     def uuid_allowed(self, uuid: str) -> bool:
@@ -113,7 +117,7 @@ class DeviceSelectors:
         return not any(t and t.upper() in upper for t in self.nouse_types)
 
 
-_SELECTOR_KEYS = (ann.USE_GPU_UUID, ann.NOUSE_GPU_UUID, ann.USE_GPU_TYPE, ann.NOUSE_GPU_TYPE)
+_SELECTOR_KEYS = _VENDOR.selector_keys
 _NO_SELECTORS = DeviceSelectors()
 
 

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hami_place_core import annotations as ann
-from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
+from hami_place_core.annotations import ContainerDevice, GpuDevice
+from hami_place_core.devices import default_kind
 from hami_place_core.fit import GpuUsage, add_usage, gpu_fit_reason
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import PCT_UNSET, GpuRequest, PodRequest
@@ -62,6 +63,10 @@ from hami_place_core.state import (
 
 Policy = Literal["binpack", "spread"]
 POLICIES: tuple[Policy, ...] = ("binpack", "spread")
+
+# The vendor HAMi's placement is simulated for (NVIDIA: its Fit, its annotations, its resources).
+_VENDOR = default_kind()
+_DEVICE_TYPE = _VENDOR.device_type
 
 # pkg/scheduler/policy/constant.go: `Weight int = 10`. It scales every score alike, so it never
 # changes a decision; kept so the numbers match HAMi's log lines.
@@ -85,7 +90,7 @@ class Placement:
     def encoded(self) -> str:
         """The value of ``hami.io/vgpu-devices-allocated`` for this placement: one segment per
         container that got GPUs, as HAMi v2.10 writes it (see ``state._align``)."""
-        return ann.encode_pod_devices(tuple(devs for devs in self.containers if devs))
+        return _VENDOR.allocation_encoder(tuple(devs for devs in self.containers if devs))
 
 
 def _check_policy(name: str, value: str) -> None:
@@ -110,7 +115,7 @@ def gpu_score(request: GpuRequest, gpu: GpuDevice, usage: GpuUsage) -> float:
     slots = cores = mem = 0
     # `container.Type != ds.Device.Type`: the request ("NVIDIA") counts only on a GPU registered
     # with exactly that type; real registrations carry the model name, so it normally does not.
-    if gpu.type == NVIDIA_DEVICE_TYPE:
+    if gpu.type == _DEVICE_TYPE:
         slots, cores = 1, request.coresreq
         if request.mem_percentage not in (0, PCT_UNSET):
             mem = gpu.devmem * request.mem_percentage // 100
@@ -154,7 +159,7 @@ def registration_order(node: NodeState) -> list[GpuDevice]:
 def _is_nvidia(gpu: GpuDevice) -> bool:
     # score.go getNodeResources: the devices handed to the NVIDIA Fit are those whose type
     # contains the request's type, case-insensitively.
-    return NVIDIA_DEVICE_TYPE.lower() in gpu.type.lower()
+    return _DEVICE_TYPE.lower() in gpu.type.lower()
 
 
 def _fit_container(
@@ -208,7 +213,7 @@ def fit_on_node(
             return None
         devs = []
         for g in chosen:
-            devs.append(ContainerDevice(g.uuid, NVIDIA_DEVICE_TYPE, req.memory_on(g.devmem), req.coresreq))
+            devs.append(ContainerDevice(g.uuid, _DEVICE_TYPE, req.memory_on(g.devmem), req.coresreq))
             add_usage(scratch[g.uuid], req, g)
         out.append(tuple(devs))
     return tuple(out)
@@ -372,8 +377,8 @@ def bind(pod: Mapping[str, Any], placement: Placement, vgpu_time: int | str = 0)
         {
             ann.POD_VGPU_NODE: placement.node,
             ann.POD_VGPU_TIME: str(vgpu_time),
-            ann.POD_DEVICES_TO_ALLOCATE: encoded,
-            ann.POD_DEVICES_ALLOCATED: encoded,
+            _VENDOR.pod_to_allocate: encoded,
+            _VENDOR.pod_allocated: encoded,
             ann.POD_BIND_PHASE: "success",
         }
     )
@@ -423,9 +428,9 @@ def node_manifest(
         "cpu": f"{cpu_milli}m" if cpu_milli % 1000 else str(cpu_milli // 1000),
         "memory": f"{memory_mib}Mi",
         "pods": "110",
-        "nvidia.com/gpu": str(sum(d.count for d in healthy)),
-        "nvidia.com/gpumem": str(sum(d.devmem for d in healthy)),
-        "nvidia.com/gpucores": str(sum(d.devcore for d in healthy)),
+        _VENDOR.resource_count: str(sum(d.count for d in healthy)),
+        _VENDOR.resource_memory: str(sum(d.devmem for d in healthy)),
+        _VENDOR.resource_cores: str(sum(d.devcore for d in healthy)),
     }
     return {
         "apiVersion": "v1",
@@ -433,7 +438,7 @@ def node_manifest(
         "metadata": {
             "name": name,
             "labels": {"kubernetes.io/hostname": name, "gpu": "on", **(labels or {})},
-            "annotations": {ann.NODE_REGISTER: ann.encode_register_json(list(devices))},
+            "annotations": {_VENDOR.node_register: _VENDOR.register_encoder(list(devices))},
         },
         "spec": {},
         "status": {

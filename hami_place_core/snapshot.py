@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hami_place_core import annotations as ann
+from hami_place_core.devices import default_kind
 from hami_place_core.examples import open_snapshot_text
 from hami_place_core.fragmentation import ClusterMetrics, free_share
 from hami_place_core.state import TERMINAL_PHASES, ClusterState, build_state
@@ -23,7 +24,7 @@ from hami_place_core.state import TERMINAL_PHASES, ClusterState, build_state
 API_VERSION = "hami-place.io/v1alpha1"
 KIND = "ClusterSnapshot"
 
-_NODE_ANNOTATIONS = (ann.NODE_REGISTER, ann.NODE_DEVICE_CORDON)
+_NODE_ANNOTATIONS = (default_kind().node_register, ann.NODE_DEVICE_CORDON)
 
 
 class SnapshotError(ValueError):

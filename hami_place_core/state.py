@@ -19,11 +19,15 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import ContainerDevice, GpuDevice, RegisterDecoding
+from hami_place_core.devices import default_kind
 from hami_place_core.fit import GpuUsage
 from hami_place_core.node_resources import Resources, node_allocatable, pod_requests
 from hami_place_core.requests import DEFAULT_CONFIG, HamiConfig, PodRequest, pod_request
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+
+# Nodes and pods are read as the default vendor's (NVIDIA today): its register and allocation keys.
+_VENDOR = default_kind()
 
 
 @dataclass(slots=True)
@@ -144,7 +148,8 @@ def _ready(node: Mapping[str, Any]) -> bool:
 def node_state(node: Mapping[str, Any]) -> NodeState:
     meta = node.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    reg = ann.decode_register(annotations.get(ann.NODE_REGISTER))
+    register_raw = annotations.get(_VENDOR.node_register)
+    reg = _VENDOR.decode_register(register_raw)
     devices = tuple(sorted(reg.devices, key=lambda d: (d.index, d.uuid)))
     spec = node.get("spec") or {}
     return NodeState(
@@ -163,7 +168,7 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
         cordoned=frozenset(ann.split_list(annotations.get(ann.NODE_DEVICE_CORDON))),
         labels=dict(meta.get("labels") or {}),
         taints=tuple(spec.get("taints") or ()),
-        register_raw=annotations.get(ann.NODE_REGISTER),
+        register_raw=register_raw,
         allocatable=node_allocatable(node),
     )
 
@@ -240,7 +245,7 @@ def pod_allocation(pod: Mapping[str, Any], config: HamiConfig = DEFAULT_CONFIG) 
     if not node or phase in TERMINAL_PHASES:
         return None
     spec = pod.get("spec") or {}
-    decoded = ann.decode_pod_devices(annotations.get(ann.POD_DEVICES_ALLOCATED))
+    decoded = _VENDOR.allocation_decoder(annotations.get(_VENDOR.pod_allocated))
     request = pod_request(pod, config)
     per_gpu, containers, warning = _collapse(decoded.containers, request)
     owner_kind = owner_name = None

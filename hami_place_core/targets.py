@@ -15,7 +15,10 @@ import re
 from dataclasses import dataclass
 
 from hami_place_core.annotations import GpuDevice
+from hami_place_core.devices import default_kind
 from hami_place_core.state import NodeState
+
+_VENDOR = default_kind()
 
 ENTRY_RE = re.compile(r"^gpu-(0|[1-9][0-9]{0,2})(?:/([1-9][0-9]?|100))?$")
 MAX_ENTRIES = 16
@@ -48,10 +51,10 @@ class TargetSpec:
 
     def resources(self) -> dict[str, str]:
         """The HAMi resources the pinned pod must request, per container that uses GPUs."""
-        out = {"nvidia.com/gpu": str(len(self.entries))}
+        out = {_VENDOR.resource_count: str(len(self.entries))}
         if self.percent is not None:
-            out["nvidia.com/gpumem-percentage"] = str(self.percent)
-            out["nvidia.com/gpucores"] = str(self.percent)
+            out[_VENDOR.resource_memory_percentage] = str(self.percent)
+            out[_VENDOR.resource_cores] = str(self.percent)
         return out
 
 

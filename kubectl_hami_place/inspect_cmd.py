@@ -147,7 +147,7 @@ def inspect(
         click.echo(heatmap(state, metrics, names, color=use_color(sys.stdout.isatty())))
         return
     if not names:
-        click.echo("no nodes with a HAMi GPU inventory (hami.io/node-nvidia-register) found", err=True)
+        click.echo(f"no nodes with a HAMi GPU inventory ({ann.NODE_REGISTER}) found", err=True)
     if output == "summary":
         if names:
             click.echo(summary_table(state, metrics, names, headers=not no_headers))

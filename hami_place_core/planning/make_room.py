@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_place_core import annotations as ann
+from hami_place_core.devices import default_kind
 from hami_place_core.fit import EMPTY, NO_SELECTORS, GpuUsage, gpu_fit_reason
 from hami_place_core.node_resources import Resources, format_cpu, format_memory, pod_requests
 from hami_place_core.planning.constraints import immovable_reason, node_refusal, replacement_state
@@ -42,18 +43,11 @@ from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.ordering import sequence
 from hami_place_core.planning.targets import direct_target, kind_of_pod
 from hami_place_core.quantity import QuantityError, parse_quantity
-from hami_place_core.requests import (
-    PCT_UNSET,
-    RES_CORES,
-    RES_GPU,
-    RES_MEM,
-    RES_MEM_PCT,
-    DeviceSelectors,
-    GpuRequest,
-    PodRequest,
-    pod_request,
-)
+from hami_place_core.requests import PCT_UNSET, DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.state import ClusterState, PodAllocation
+
+# The vendor a request string asks for (NVIDIA today): its resources and selector annotations.
+_VENDOR = default_kind()
 
 # At most this many nodes are tried (in order of their lower bound) before the search settles for
 # the best plan found: it bounds the time on a cluster where many nodes look cheap but their pods
@@ -104,7 +98,7 @@ class RoomRequest:
         gpu = request.gpu_containers
         name = f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else "request"
         if not gpu:
-            raise ValueError(f"pod {name} asks for no GPU ({RES_GPU})")
+            raise ValueError(f"pod {name} asks for no GPU ({_VENDOR.resource_count})")
         if len(gpu) != 1 or any(r is not None for r in request.init):
             raise ValueError(
                 f"pod {name} has {len(gpu)} GPU containers and "
@@ -246,16 +240,20 @@ def _request_pod(
     ints: Mapping[str, int], lists: Mapping[str, list[str]], quantities: Mapping[str, str]
 ) -> dict[str, Any]:
     """The pod the request describes, as submitted (before HAMi's webhook)."""
-    limits = {RES_GPU: str(ints["gpus"])}
-    for key, res in (("gpumem", RES_MEM), ("gpumem-percentage", RES_MEM_PCT), ("gpucores", RES_CORES)):
+    limits = {_VENDOR.resource_count: str(ints["gpus"])}
+    for key, res in (
+        ("gpumem", _VENDOR.resource_memory),
+        ("gpumem-percentage", _VENDOR.resource_memory_percentage),
+        ("gpucores", _VENDOR.resource_cores),
+    ):
         if key in ints:
             limits[res] = str(ints[key])
     annotations = {}
     for key, annotation in (
-        ("type", ann.USE_GPU_TYPE),
-        ("nouse-type", ann.NOUSE_GPU_TYPE),
-        ("uuid", ann.USE_GPU_UUID),
-        ("nouse-uuid", ann.NOUSE_GPU_UUID),
+        ("type", _VENDOR.use_type),
+        ("nouse-type", _VENDOR.nouse_type),
+        ("uuid", _VENDOR.use_uuid),
+        ("nouse-uuid", _VENDOR.nouse_uuid),
     ):
         if lists[key]:
             annotations[annotation] = ann.join_list(lists[key])

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGES = (
     "hami_place_core",
+    "hami_place_core/devices",
     "hami_place_core/kube",
     "hami_place_core/planning",
     "hami_place_core/triggers",

@@ -12,6 +12,7 @@ import pytest
 from agent.autopilot import intent_refusal, move_placement_name
 from agent.intents import SIGNATURE, IntentKeyError, IntentSigner
 from hami_place_core.defrag_policy import parse_policy
+from hami_place_core.policy_status import InFlight
 
 STARTED = "2026-12-07T12:00:00Z"
 
@@ -76,18 +77,24 @@ def test_a_short_or_missing_key_file_is_refused(tmp_path: Path) -> None:
         IntentSigner(str(tmp_path / "absent"))
 
 
+def refusal(policy: Any, flight: dict[str, Any], pod: dict[str, Any] | None) -> str:
+    typed = InFlight.from_dict(flight)
+    assert typed is not None
+    return intent_refusal(policy, typed, pod)
+
+
 def test_what_an_intent_says_must_be_a_move_its_policy_could_make() -> None:
-    assert intent_refusal(policy(), flight(), pod()) == ""
+    assert refusal(policy(), flight(), pod()) == ""
     # the case: a DryRun policy that selects another namespace, an intent naming a pod in X
     forged = flight(ns="x")
-    assert "DryRun mode" in intent_refusal(policy("DryRun"), forged, pod(ns="x"))
-    assert "does not select" in intent_refusal(policy(), forged, pod(ns="x"))
-    assert "gone" in intent_refusal(policy(), flight(), None)
-    assert "not the placement" in intent_refusal(policy(), flight(), pod(uid="another-uid"))
-    assert "not the placement" in intent_refusal(policy(), {**flight(), "placement": "ns/chosen"}, pod())
-    assert "reqID" in intent_refusal(policy(), {**flight(), "reqID": "chosen"}, pod())
+    assert "DryRun mode" in refusal(policy("DryRun"), forged, pod(ns="x"))
+    assert "does not select" in refusal(policy(), forged, pod(ns="x"))
+    assert "gone" in refusal(policy(), flight(), None)
+    assert "not the placement" in refusal(policy(), flight(), pod(uid="another-uid"))
+    assert "not the placement" in refusal(policy(), {**flight(), "placement": "ns/chosen"}, pod())
+    assert "reqID" in refusal(policy(), {**flight(), "reqID": "chosen"}, pod())
     bad_time = flight(started="not a time")
-    assert intent_refusal(policy(), bad_time, pod())
+    assert refusal(policy(), bad_time, pod())
 
 
 def test_the_intent_key_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

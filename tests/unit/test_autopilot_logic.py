@@ -11,6 +11,7 @@ from agent.autopilot import _record_result, create_retry_open, move_placement_na
 from agent.autopilot_plan import decide, surge_leaving, whole_free_gpus
 from agent.policy_writer import with_state as _with
 from hami_place_core.defrag_policy import parse_policy
+from hami_place_core.policy_status import InFlight, PolicyStatus
 from hami_place_core.state import build_state
 from tests.planner_fixtures import node, pod
 
@@ -141,7 +142,9 @@ def test_a_finished_move_is_recorded_once_and_a_failed_pod_cools_down() -> None:
         "recentMoves": [{"pod": "ns/s0", "placement": "ns/autopilot-p-1", "startedAt": "x", "result": "InFlight"}],
         "movesFailed": 2,
     }
-    out = _record_result(status, flight, "Failed", "PDB blocked", NOW)
+    typed = PolicyStatus.from_dict(status)
+    assert typed.in_flight is not None
+    out = _record_result(typed, typed.in_flight, "Failed", "PDB blocked", NOW).to_dict()
     assert "inFlight" not in out and out["movesFailed"] == 3
     assert out["recentMoves"][0]["result"] == "Failed"
     assert out["failedPods"] == [{"pod": "ns/s0", "failedAt": "2026-12-06T12:00:00Z", "reason": "PDB blocked"}]
@@ -159,9 +162,9 @@ def test_ready_condition_keeps_its_transition_time_while_unchanged() -> None:
 
 
 def test_a_transient_create_failure_is_retried_for_three_minutes_then_fails_the_move() -> None:
-    def flight(minutes_ago: float) -> dict[str, Any]:
-        return {"startedAt": (NOW - dt.timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    def flight(minutes_ago: float) -> InFlight:
+        return InFlight(started_at=(NOW - dt.timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     assert create_retry_open(flight(0.5), NOW) and create_retry_open(flight(2.9), NOW)
     assert not create_retry_open(flight(3.1), NOW)
-    assert create_retry_open({}, NOW)  # no recorded start: counted from now
+    assert create_retry_open(InFlight(), NOW)  # no recorded start: counted from now

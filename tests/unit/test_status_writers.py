@@ -8,7 +8,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 WRITER = "transitions.py"
-POLICY_WRITER = "autopilot.py"
+POLICY_WRITER = "policy_writer.py"
 SURGE_WRITER = "surge.py"
 
 
@@ -78,7 +78,8 @@ def test_the_surge_patches_scale_a_pod_and_the_finalizer_never_a_status() -> Non
 
 
 def test_the_autopilot_writes_only_its_policies_status() -> None:
-    """agent/autopilot.py writes HamiDefragPolicy status (its one ``_write``), never a placement's."""
+    """agent/policy_writer.py writes HamiDefragPolicy status (its one PUT), never a placement's; the
+    autopilot itself writes no status at all (it hands what it observed to the writer)."""
     tree = ast.parse((AGENT / POLICY_WRITER).read_text())
     status_paths = [
         n.func.id
@@ -97,6 +98,7 @@ def test_the_autopilot_writes_only_its_policies_status() -> None:
         and n.args[0].value in ("PUT", "PATCH")
     ]
     assert len(puts) == 1 and "policy_path" in ast.unparse(puts[0]), [ast.unparse(p) for p in puts]
+    assert _status_writes(ast.parse((AGENT / "autopilot.py").read_text())) == []
 
 
 def test_the_checker_sees_a_status_write() -> None:
