@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hami_place_core.schedule import Cron, Window
+from hami_place_core.schedule import Window
+from testbed.window_reference import old_state
 
 UTC = dt.UTC
 CASES = (  # schedule, duration, zone, now
@@ -34,41 +35,6 @@ CASES = (  # schedule, duration, zone, now
     ("0 2 * * *", "2h", "Europe/Berlin", dt.datetime(2026, 12, 6, 1, 30, tzinfo=UTC)),
     ("0 0 29 2 *", "1h", "UTC", dt.datetime(2026, 12, 6, 12, 0, tzinfo=UTC)),
 )
-
-
-# ---- the reference: Window.state and Cron.next_after before issue 39 --------------------------------
-def old_next_after(c: Cron, after: dt.datetime) -> dt.datetime | None:
-    start = after.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
-    day = start.date()
-    for _ in range(5 * 366):
-        if c.day_matches(day):
-            for h in sorted(c.hours):
-                for m in sorted(c.minutes):
-                    t = dt.datetime.combine(day, dt.time(h, m))
-                    if t >= start:
-                        return t
-        day += dt.timedelta(days=1)
-    return None
-
-
-def old_state(w: Window, now: dt.datetime) -> tuple[bool, dt.datetime | None]:
-    def local(t: dt.datetime) -> dt.datetime:
-        return t.astimezone(w.tz).replace(tzinfo=None)
-
-    def aware(t: dt.datetime) -> dt.datetime:
-        return t.replace(tzinfo=w.tz).astimezone(dt.UTC)
-
-    lookback = now - dt.timedelta(seconds=w.seconds)
-    closes: dt.datetime | None = None
-    t = old_next_after(w.cron, local(lookback) - dt.timedelta(minutes=1))
-    while t is not None and aware(t) <= now:
-        end = aware(t) + dt.timedelta(seconds=w.seconds)
-        if end > now:
-            closes = end if closes is None else max(closes, end)
-        t = old_next_after(w.cron, t)
-    if closes is not None:
-        return True, closes
-    return False, None if t is None else aware(t)
 
 
 # ---- measuring ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hami_place_core.schedule import Cron, ScheduleError, Window, parse_duration, zone
+from testbed.window_reference import old_next_after, old_state
 
 UTC = dt.UTC
 
@@ -221,57 +222,11 @@ def test_prev_at_or_before_mirrors_next_after() -> None:
         cron = _random_cron(rng)
         t = dt.datetime(2026, 1, 1) + dt.timedelta(minutes=rng.randrange(366 * 24 * 60), seconds=rng.randrange(60))
         nxt, prev = cron.next_after(t), cron.prev_at_or_before(t)
-        assert nxt == _old_next_after(cron, t), (cron.expr, t)
+        assert nxt == old_next_after(cron, t), (cron.expr, t)
         if prev is not None:
             assert prev <= t and cron.next_after(prev) == nxt, (cron.expr, t)  # nothing fires in between
         if nxt is not None:
             assert cron.prev_at_or_before(nxt) == nxt
-
-
-# The algorithm Window.state replaced, kept as the reference: every firing from the lookback on,
-# one next_after (and its loop over hours x minutes) at a time.
-def _old_day_matches(c: Cron, day: dt.date) -> bool:
-    if day.month not in c.months:
-        return False
-    in_month = day.day in c.days
-    in_week = (day.isoweekday() % 7) in c.weekdays
-    if c.days_restricted and c.weekdays_restricted:
-        return in_month or in_week
-    return in_month and in_week
-
-
-def _old_next_after(c: Cron, after: dt.datetime) -> dt.datetime | None:
-    start = after.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
-    day = start.date()
-    for _ in range(5 * 366):
-        if _old_day_matches(c, day):
-            for h in sorted(c.hours):
-                for m in sorted(c.minutes):
-                    t = dt.datetime.combine(day, dt.time(h, m))
-                    if t >= start:
-                        return t
-        day += dt.timedelta(days=1)
-    return None
-
-
-def _old_state(w: Window, now: dt.datetime) -> tuple[bool, dt.datetime | None]:
-    def local(t: dt.datetime) -> dt.datetime:
-        return t.astimezone(w.tz).replace(tzinfo=None)
-
-    def aware(t: dt.datetime) -> dt.datetime:
-        return t.replace(tzinfo=w.tz).astimezone(dt.UTC)
-
-    lookback = now - dt.timedelta(seconds=w.seconds)
-    closes: dt.datetime | None = None
-    t = _old_next_after(w.cron, local(lookback) - dt.timedelta(minutes=1))
-    while t is not None and aware(t) <= now:
-        end = aware(t) + dt.timedelta(seconds=w.seconds)
-        if end > now:
-            closes = end if closes is None else max(closes, end)
-        t = _old_next_after(w.cron, t)
-    if closes is not None:
-        return True, closes
-    return False, None if t is None else aware(t)
 
 
 def _random_field(rng: random.Random, low: int, high: int, star: float, names: tuple[str, ...] = ()) -> str:
@@ -342,7 +297,7 @@ def test_window_state_is_the_old_walk_on_random_crons_zones_and_dst_nights(seed:
         now = now.replace(microsecond=rng.choice([0, rng.randrange(10**6)]))
         if rng.random() < 0.2:
             now = now.astimezone(w.tz)  # an aware now in the window's own zone reads the same
-        assert w.state(now) == _old_state(w, now), (seed, case, cron.expr, minutes, name, now.isoformat())
+        assert w.state(now) == old_state(w, now), (seed, case, cron.expr, minutes, name, now.isoformat())
 
 
 @pytest.mark.parametrize(
@@ -357,4 +312,4 @@ def test_window_state_is_the_old_walk_on_random_crons_zones_and_dst_nights(seed:
 )
 def test_the_search_bound_is_the_old_walks_across_2100(expr: str, duration: str, now: dt.datetime) -> None:
     w = Window.parse(expr, duration)
-    assert w.state(now) == _old_state(w, now)
+    assert w.state(now) == old_state(w, now)
