@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.moves import describe_move, execute_move
 from kubectl_hami_place.options import (
-    STRATEGIES,
     Duration,
     agent_options,
     eviction_timeout_option,
@@ -117,7 +117,7 @@ def defrag(
     )
     if not do_apply:
         for i, m in enumerate(start.moves, 1):
-            click.echo(f"  {i}. {_describe(m)}")
+            click.echo(f"  {i}. {describe_move(m)}")
         click.echo("dry run: nothing changed; run with --apply to execute" if start.moves else "nothing to do")
         return
     used: Counter[str] = Counter()
@@ -131,7 +131,7 @@ def defrag(
             if not current.moves:
                 break
             m = current.moves[0]
-            click.echo(f"move {done + 1}: {_describe(m)}")
+            click.echo(f"move {done + 1}: {describe_move(m)}")
             execute_move(kube, m, kw)
             used[m.workload or m.pod] += 1
             done += 1
@@ -139,43 +139,6 @@ def defrag(
         _summary(kube, start, done, selector)
         raise UserError(f"defrag stopped at move {done + 1}: {e}") from e
     _summary(kube, start, done, selector)
-
-
-def execute_move(kube: Any, m: Any, kw: dict[str, Any]) -> None:
-    """One move through a HamiPodPlacement with evictPod, followed until Completed (UserError if not)."""
-    from hami_place_core import placement as hp
-    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest, refuse_surge
-    from kubectl_hami_place.workloads import get_pod, pod_workload
-
-    pod = get_pod(kube, m.namespace, m.name)
-    strategy = STRATEGIES[kw.get("strategy") or "evict"]
-    if strategy == hp.SURGE:
-        refuse_surge(pod)
-    wl = pod_workload(kube, pod)
-    req_id = hp.new_req_id()
-    name = hp.placement_name(f"defrag-{m.name}", req_id)
-    manifest = placement_manifest(
-        m.namespace,
-        name,
-        req_id,
-        wl.selector,
-        m.to_node,
-        tuple(m.gpu_devices),
-        m.name,
-        kw["eviction_timeout"],
-        strategy,
-    )
-    manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
-    create_placement(kube, manifest, None)
-    follow_placement(kube, m.namespace, name, kw, kw["timeout"])
-
-
-def _describe(m: Any) -> str:
-    frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
-    to = ",".join(m.gpu_devices)
-    frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
-    takes = f"; takes {', '.join(m.takes)}" if m.takes else ""
-    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {to} ({m.reason}{frees}{takes})"
 
 
 def _summary(kube: Any, start: Any, done: int, selector: str | None) -> None:

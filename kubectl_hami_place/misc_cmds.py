@@ -30,11 +30,9 @@ def completion(shell: str) -> None:
     """
     from click.shell_completion import get_completion_class
 
-    from kubectl_hami_place.cli import cli
-
     cls = get_completion_class(shell)
     assert cls is not None
-    click.echo(cls(cli, {}, PROG, COMPLETE_VAR).source())
+    click.echo(cls(_root(), {}, PROG, COMPLETE_VAR).source())
 
 
 @click.command(name="__complete", hidden=True, context_settings={"ignore_unknown_options": True})
@@ -43,10 +41,8 @@ def cobra_complete(args: tuple[str, ...]) -> None:
     """kubectl's plugin completion protocol (cobra's): candidates, one per line, then `:4`."""
     from click.shell_completion import ShellComplete
 
-    from kubectl_hami_place.cli import cli
-
     words, incomplete = list(args[:-1]), (args[-1] if args else "")
-    comp = ShellComplete(cli, {}, PROG, COMPLETE_VAR)
+    comp = ShellComplete(_root(), {}, PROG, COMPLETE_VAR)
     for item in comp.get_completions(words, incomplete):
         click.echo(item.value if not item.help else f"{item.value}\t{item.help}")
     click.echo(":4")  # ShellCompDirectiveNoFileComp
@@ -63,16 +59,18 @@ def selftest() -> None:
     Examples:
       kubectl hami-place selftest
     """
-    from kubectl_hami_place.cli import COMMANDS, cli
-
+    root = _root()
     started = time.perf_counter()
     libraries = {"hami_place_core.kube.config", "urllib3", "yaml", "tabulate"}
-    modules = sorted({m for m, _, _ in COMMANDS.values()} | libraries)
+    ctx = click.Context(root)
+    # Loading each command imports its module (the group loads them lazily, as the binary does).
+    commands = [root.get_command(ctx, name) for name in root.list_commands(ctx)]
+    modules = sorted({c.callback.__module__ for c in commands if c is not None and c.callback} | libraries)
     for name in modules:
         importlib.import_module(name)
     buf = io.StringIO()
     with redirect_stdout(buf):
-        cli.main(["inspect", "--snapshot", "example"], standalone_mode=False)
+        root.main(["inspect", "--snapshot", "example"], standalone_mode=False)
     text = buf.getvalue()
     if "NODE" not in text or "FGD" not in text:
         raise click.ClickException("selftest: the example table did not render as expected")
@@ -82,3 +80,11 @@ def selftest() -> None:
         f"selftest ok: {len(modules)} modules imported, example rendered ({len(text.splitlines())} lines"
         f"{f', {nodes} nodes' if nodes else ''}) in {took:.2f}s"
     )
+
+
+def _root() -> click.Group:
+    """The plugin's command group, from the running command's context: these commands serve the
+    group (its completion, its self-test) without importing the module that defines it."""
+    root = click.get_current_context().find_root().command
+    assert isinstance(root, click.Group)
+    return root

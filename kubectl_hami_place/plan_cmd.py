@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.moves import describe_move
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
 from kubectl_hami_place.printers import counted, is_structured, print_structured, warn_if_exact_skipped
 
@@ -240,7 +241,7 @@ def _print_manifests(result: Any, raw_pods: list[dict[str, Any]], kube: Any) -> 
     if early:
         parts[0] += f"\n# {early}"
     for i, (m, doc) in enumerate(zip(result.moves, docs, strict=True), start=1):
-        parts.append(f"---\n# {i}. {describe(m)}\n" + yaml.safe_dump(doc, sort_keys=False).rstrip())
+        parts.append(f"---\n# {i}. {describe_move(m)}\n" + yaml.safe_dump(doc, sort_keys=False).rstrip())
     click.echo("\n".join(parts))
 
 
@@ -254,7 +255,7 @@ def _print_room(room: Any, state: Any, source: str, output: str, kube: Any, raw_
         pods = {f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}": p for p in raw_pods}
         parts = [f"# {headline(room)}\n# Apply one at a time, in order, each after the one before is Completed."]
         for i, (m, doc) in enumerate(zip(room.moves, placements(room, pods, kube), strict=True), start=1):
-            parts.append(f"---\n# {i}. {describe(m)}\n" + _yaml(doc))
+            parts.append(f"---\n# {i}. {describe_move(m)}\n" + _yaml(doc))
         click.echo("\n".join(parts))
     elif is_structured(output):
         print_structured({"apiVersion": PLAN_API_VERSION, "kind": ROOM_KIND, **room_doc(room, source)}, output)
@@ -288,13 +289,6 @@ def stopping_line(result: Any) -> str | None:
         "stopping early (every prefix of the plan is a valid plan): "
         f"the first {counted(n0, 'move')} free {counted(k0, 'GPU')}{steps}; all {n} free {k}"
     )
-
-
-def describe(m: Any) -> str:
-    frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
-    frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
-    takes = f"; takes {', '.join(m.takes)}" if m.takes else ""
-    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {','.join(m.gpu_devices)} ({m.reason}{frees}{takes})"
 
 
 def _move_row(i: int, m: Any) -> tuple[object, ...]:

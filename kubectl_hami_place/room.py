@@ -124,8 +124,8 @@ def defrag_for(
 
     from hami_place_core.planning import PlanOptions
     from hami_place_core.planning.make_room import make_room
-    from kubectl_hami_place.defrag_cmd import _describe, execute_move
     from kubectl_hami_place.inspect_cmd import live_state
+    from kubectl_hami_place.moves import describe_move, execute_move
     from kubectl_hami_place.render import warn_unreadable
 
     def options(done: int) -> Any:
@@ -146,12 +146,12 @@ def defrag_for(
     click.echo(headline(room))
     if not do_apply:
         for i, m in enumerate(room.moves, 1):
-            click.echo(f"  {i}. {_describe(m)}")
+            click.echo(f"  {i}. {describe_move(m)}")
         click.echo("dry run: nothing changed; run with --apply to execute")
         return
     done = 0
     while room.moves:
-        click.echo(f"move {done + 1}: {_describe(room.moves[0])}")
+        click.echo(f"move {done + 1}: {describe_move(room.moves[0])}")
         try:
             execute_move(kube, room.moves[0], kw)
         except UserError as e:

@@ -1,0 +1,46 @@
+"""Moves from the command line, shared by `plan`, `defrag` and `defrag --for`: how a planned move
+reads, and how one is made (a HamiPodPlacement with evictPod, followed until it ends). Commands
+import this; it imports no command (the CLI has no import cycle: .importlinter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubectl_hami_place.options import STRATEGIES
+
+
+def describe_move(m: Any) -> str:
+    """`ns/pod: node gpu-0 -> node2 gpu-1 (why; frees ...; takes ...)`."""
+    frm = ",".join(f"gpu-{i}" for i in m.from_gpus)
+    frees = f"; frees {', '.join(m.frees)}" if m.frees else ""
+    takes = f"; takes {', '.join(m.takes)}" if m.takes else ""
+    return f"{m.pod}: {m.from_node} {frm} -> {m.to_node} {','.join(m.gpu_devices)} ({m.reason}{frees}{takes})"
+
+
+def execute_move(kube: Any, m: Any, kw: dict[str, Any]) -> None:
+    """One move through a HamiPodPlacement with evictPod, followed until Completed (UserError if not)."""
+    from hami_place_core import placement as hp
+    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest, refuse_surge
+    from kubectl_hami_place.workloads import get_pod, pod_workload
+
+    pod = get_pod(kube, m.namespace, m.name)
+    strategy = STRATEGIES[kw.get("strategy") or "evict"]
+    if strategy == hp.SURGE:
+        refuse_surge(pod)
+    wl = pod_workload(kube, pod)
+    req_id = hp.new_req_id()
+    name = hp.placement_name(f"defrag-{m.name}", req_id)
+    manifest = placement_manifest(
+        m.namespace,
+        name,
+        req_id,
+        wl.selector,
+        m.to_node,
+        tuple(m.gpu_devices),
+        m.name,
+        kw["eviction_timeout"],
+        strategy,
+    )
+    manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
+    create_placement(kube, manifest, None)
+    follow_placement(kube, m.namespace, name, kw, kw["timeout"])
