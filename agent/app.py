@@ -298,24 +298,8 @@ def rest_bp() -> Blueprint:
         unsubscribe = cache.subscribe("placements", on_change)
         resp = await request.respond(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            last = None
-            view = views.placement_view(p)
-            await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
-            last = (view["phase"], view["reason"], view["message"])
-            while view["phase"] not in hp.TERMINAL:
-                try:
-                    item = await asyncio.wait_for(queue.get(), 15)
-                except TimeoutError:
-                    await resp.send(": keep-alive\n\n")
-                    continue
-                if item["kind"] == "DELETED":
-                    await resp.send(f"event: deleted\ndata: {json.dumps({'namespace': namespace, 'name': name})}\n\n")
-                    break
-                view = views.placement_view(hp.Placement.from_object(item["object"]))
-                key = (view["phase"], view["reason"], view["message"])
-                if key != last:
-                    await resp.send(f"event: placement\ndata: {json.dumps(view)}\n\n")
-                    last = key
+            async for frame in views.placement_events(p, queue):
+                await resp.send(frame)
         finally:
             unsubscribe()
             await resp.eof()

@@ -49,3 +49,29 @@ def test_every_module_has_its_place_on_the_map(package: str, module: str) -> Non
     assert len(section) == 2, f"docs/architecture.md has no paragraph for {package}/"
     paragraph = section[1].split("\n\n", 1)[0]
     assert f"`{module}" in paragraph, f"docs/architecture.md's {package}/ paragraph never names {module}.py"
+
+
+def _contracts() -> list[tuple[str, dict[str, str]]]:
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / ".importlinter")
+    return [(s.split(":")[-1], dict(parser[s])) for s in parser.sections() if s.startswith("importlinter:contract:")]
+
+
+def test_the_page_lists_every_import_contract_and_no_other() -> None:
+    text = DOC.read_text()
+    listed = text.split("The contracts, as `.importlinter` names them", 1)[1].split("\n\n", 2)[1]
+    names = [line.removeprefix("  - ") for line in listed.splitlines()]
+    assert names == [c["name"].replace("\n", " ") for _, c in _contracts()]
+
+
+def test_the_planning_layers_are_the_same_in_the_package_docstring_and_the_contract() -> None:
+    import re
+
+    import hami_place_core.planning as planning
+
+    contract = dict(_contracts())["planning-layers"]
+    layers = contract["layers"].split()
+    documented = re.findall(r"^- ``(\w+)``:", planning.__doc__ or "", re.M)
+    assert documented == layers
