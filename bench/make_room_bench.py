@@ -50,7 +50,7 @@ from hami_place_core.examples import resolve_snapshot
 from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.planning import PlanOptions, check_moves
 from hami_place_core.planning.bounds import restrict
-from hami_place_core.planning.make_room import RoomPlan, RoomRequest, make_room, parse_room_request
+from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
 from hami_place_core.planning.room_milp import fewest_moves
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state

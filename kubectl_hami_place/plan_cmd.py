@@ -204,7 +204,7 @@ def _compute(state: Any, options: Any, kube: Any, for_pod: str | None, for_reque
     from hami_place_core.planning import plan as make_plan
 
     if for_pod is not None or for_request is not None:
-        from hami_place_core.planning.make_room import make_room
+        from hami_place_core.planning.room import make_room
         from kubectl_hami_place.room import no_room, room_request
 
         request, _ = room_request(kube, for_pod, for_request)

@@ -1,6 +1,6 @@
 """Making room for one pod from the command line: `plan --for/--for-request` and `defrag --for`.
 
-The planning is the core's (hami_place_core/planning/make_room.py); this module turns what the
+The planning is the core's (hami_place_core/planning/room/); this module turns what the
 user names into a RoomRequest, explains a plan (or why there is none) and pins the pending pod on
 the room made.
 """
@@ -16,7 +16,7 @@ from kubectl_hami_place.printers import counted
 def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any, dict[str, Any] | None]:
     """The request of `--for POD` (a pending pod of the current namespace) or `--for-request SPEC`,
     and the pod object (None for a hypothetical request)."""
-    from hami_place_core.planning.make_room import RoomRequest, parse_room_request
+    from hami_place_core.planning.room import RoomRequest, parse_room_request
 
     if pod_name and spec:
         raise click_usage("--for and --for-request exclude each other")
@@ -123,7 +123,7 @@ def defrag_for(
     import click
 
     from hami_place_core.planning import PlanOptions
-    from hami_place_core.planning.make_room import make_room
+    from hami_place_core.planning.room import make_room
     from kubectl_hami_place.inspect_cmd import live_state
     from kubectl_hami_place.moves import describe_move, execute_move
     from kubectl_hami_place.render import warn_unreadable

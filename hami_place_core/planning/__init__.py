@@ -1,15 +1,15 @@
 """Defragmentation planning: an ordered list of pod moves that frees whole GPUs or lowers FGD.
 
 ``plan(state, PlanOptions(...))`` is the entry (and ``make_room(state, RoomRequest, PlanOptions)``
-for one pending pod, in :mod:`~hami_place_core.planning.make_room`); the plan model (:class:`PlanOptions`,
+for one pending pod, in :mod:`~hami_place_core.planning.room`); the plan model (:class:`PlanOptions`,
 :class:`Plan`, :class:`Move`) and the replay of moves (:func:`apply_moves`, :func:`check_moves`)
 are exported here too. docs/planner.md describes the algorithm.
 
 Layers, top to bottom; each module imports only modules below it (import-linter enforces it):
 
 - ``room_milp``: the fewest moves that make room for one pod, as a MILP (the benchmark's yardstick);
-- ``make_room``: ``make_room()``, the fewest moves after which one pending pod fits, and its
-  request (from a pod or a ``--for-request`` string);
+- ``room``: ``make_room()``, the fewest moves after which one pending pod fits, and its request
+  (from a pod or a ``--for-request`` string): a package of its own (request, result, explain, search);
 - ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;
 - ``exact``: the exact planner for small clusters: solve, order, prune;
 - ``exact_model``: its MILP over where every movable pod ends;

@@ -133,7 +133,7 @@ def relocate(
     """Move every pod of `pods` to GPUs outside `exclude` (and off its own), all or nothing, for at
     most `budget` more moves, largest first, with ejection chains up to `depth` deep: the steps
     (already applied) and their undo records, or None with nothing changed. Used to make room for
-    one pod (:mod:`~hami_place_core.planning.make_room`), where only some pods of a GPU must leave."""
+    one pod (:mod:`~hami_place_core.planning.room`), where only some pods of a GPU must leave."""
     pods = sorted(set(pods), key=e.pod_size, reverse=True)
     if not all(e.can_move(p) for p in pods):
         return None

@@ -1,5 +1,5 @@
 """The fewest moves after which one pod fits, as a MILP (HiGHS): the yardstick for
-:func:`~hami_place_core.planning.make_room.make_room` on small states.
+:func:`~hami_place_core.planning.room.make_room` on small states.
 
 Over the planner's engine (the same movable pods, node constraints and budgets): binaries v[p,n]
 (movable pod p ends on node n) and x[p,g] (on GPU g; a pod takes ``nums`` GPUs of its node), w[n]
@@ -30,8 +30,8 @@ from hami_place_core.node_resources import Resources
 from hami_place_core.planning.constraints import node_refusal, replacement_state
 from hami_place_core.planning.engine import Engine
 from hami_place_core.planning.highs import new_highs, scaled
-from hami_place_core.planning.make_room import RoomRequest
 from hami_place_core.planning.model import PlanOptions
+from hami_place_core.planning.room import RoomRequest
 from hami_place_core.state import ClusterState
 
 # An assignment the MILP finds may have no order in which every move is valid when made (pods of

@@ -13,7 +13,7 @@ from typing import Any
 
 from hami_place_core import placement as hp
 from hami_place_core.pending import PendingPod, pending_gpu_pods
-from hami_place_core.planning.make_room import RoomRequest, make_room
+from hami_place_core.planning.room import RoomRequest, make_room
 from hami_place_core.policy_fields import PolicyError, duration, mapping
 from hami_place_core.triggers.base import Decision, TriggerContext, node_budget
 

@@ -16,6 +16,7 @@ PACKAGES = (
     "hami_place_core/devices",
     "hami_place_core/kube",
     "hami_place_core/planning",
+    "hami_place_core/planning/room",
     "hami_place_core/triggers",
     "kubectl_hami_place",
     "agent",

@@ -1,4 +1,4 @@
-"""Making room for one pod (planning/make_room.py): fewest moves, the GPUs named, every constraint,
+"""Making room for one pod (planning/room/): fewest moves, the GPUs named, every constraint,
 the binding constraint when impossible, limits, and the --for-request parser. Pure logic."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hami_place_core import annotations as ann
 from hami_place_core.node_resources import Resources
 from hami_place_core.planning import PlanOptions, check_moves
-from hami_place_core.planning.make_room import RoomPlan, RoomRequest, make_room, parse_room_request
+from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
 from hami_place_core.simulate import gpu_uuid, pod_manifest
 from hami_place_core.state import ClusterState, build_state
 from tests.planner_fixtures import T4, node, pod, replay

@@ -1,60 +1,36 @@
-"""Make room for one pod: the fewest moves after which a pending pod (or a hypothetical request)
-fits, with the node and GPUs it will get, or the constraint that makes it impossible.
+"""The search for room on one node after another (the algorithm in the package docstring).
 
-``make_room(state, RoomRequest, PlanOptions) -> RoomPlan``. The request is read from a real pod by
-the core's own parsers (:func:`~hami_place_core.requests.pod_request`,
-:func:`~hami_place_core.node_resources.pod_requests`) or built from a ``--for-request`` string
-(:func:`parse_room_request`), which is turned into a pod and read the same way. docs/planner.md
-("Making room for one pod") describes the algorithm:
-
-1. the nodes kube-scheduler would accept for the pod (:func:`constraints.node_refusal`), and on
-   each the GPUs HAMi's Fit could ever give it (health, cordon, type and UUID selectors, size);
-2. per GPU, the fewest resident pods whose leaving makes the pod fit there (HAMi's Fit on the
-   usage without them); per node, the sum over its cheapest GPUs is a lower bound on its moves;
-3. nodes in order of that bound: the chosen GPUs' pods are relocated by the planner's engine
-   (best fit, else ejection chains, :func:`evacuation.relocate`), then pods leave the node until
-   its CPU, memory and pod slots cover the pod (kube-scheduler's NodeResourcesFit); the moves are
-   put in an order valid step by step (:func:`ordering.sequence`). The search stops when no
-   node's bound can beat the best plan found: fewest moves, then least GPU compute moved, then
-   node name.
-
-Pure and deterministic: the state is not modified, and the same input gives the same plan.
-"""
+The search is one class over one engine: its steps share the engine's arrays and undo stack, the
+best plan found so far and the work spent, and splitting it into classes would pass all of that
+between them at every step (the stated reason it is over 300 lines)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import re
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
 from typing import Any
 
-from hami_place_core import annotations as ann
-from hami_place_core.devices import default_kind
-from hami_place_core.fit import EMPTY, NO_SELECTORS, GpuUsage, gpu_fit_reason
-from hami_place_core.node_resources import Resources, format_cpu, format_memory, pod_requests
-from hami_place_core.planning.constraints import immovable_reason, node_refusal, replacement_state
+from hami_place_core.fit import EMPTY, GpuUsage, gpu_fit_reason
+from hami_place_core.node_resources import Resources, format_cpu, format_memory
+from hami_place_core.planning.constraints import immovable_reason, node_refusal
 from hami_place_core.planning.engine import Engine, Record
 from hami_place_core.planning.evacuation import MAX_DEPTH, relocate
-from hami_place_core.planning.model import Move, PlanOptions
+from hami_place_core.planning.model import PlanOptions
 from hami_place_core.planning.ordering import sequence
+from hami_place_core.planning.room.explain import closes, describe_request, relaxations, stay_reason
+from hami_place_core.planning.room.request import RoomRequest
+from hami_place_core.planning.room.result import Candidate, Found
 from hami_place_core.planning.targets import direct_target, kind_of_pod
-from hami_place_core.quantity import QuantityError, parse_quantity
-from hami_place_core.requests import PCT_UNSET, DeviceSelectors, GpuRequest, PodRequest, pod_request
-from hami_place_core.state import ClusterState, PodAllocation
-
-# The vendor a request string asks for (NVIDIA today): its resources and selector annotations.
-_VENDOR = default_kind()
+from hami_place_core.requests import GpuRequest
+from hami_place_core.state import ClusterState
 
 # At most this many nodes are tried (in order of their lower bound) before the search settles for
 # the best plan found: it bounds the time on a cluster where many nodes look cheap but their pods
 # have nowhere to go.
 MAX_NODES_TRIED = 64
 TIE_NODES = 8  # nodes tried after a plan as short as their bound, for less compute moved
-ONE_SLOT = Resources(0, 0, 1)
 # Node-room chains: a pod that fits a GPU whose node lacks its CPU or memory goes there once up to
 # ROOM_CHAIN pods of that node have moved off; at most ROOM_NODES such nodes are tried per pod.
 ROOM_CHAIN = 2
@@ -70,308 +46,7 @@ SETS_PER_GPU = 4  # eviction sets tried per GPU, fewest pods first
 MAX_SUBSETS = 256  # sets of one size listed per GPU before taking the largest pods instead
 
 
-# ---- the request ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RoomRequest:
-    """What the pending pod asks for: its GPUs (HAMi's request and selectors) and its node."""
-
-    gpu: GpuRequest  # per GPU: count, memory (MiB or percentage), cores
-    selectors: DeviceSelectors = NO_SELECTORS  # use-/nouse-gputype, use-/nouse-gpuuuid
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    affinity: Mapping[str, Any] = field(default_factory=dict)  # node affinity only (see notes)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    resources: Resources = ONE_SLOT  # CPU (millicores), memory (bytes), one pod slot
-    name: str = "request"  # ns/name of the pod, or "request" for a hypothetical one
-    notes: tuple[str, ...] = ()  # what the request had that is not checked
-
-    @property
-    def gpus(self) -> int:
-        return self.gpu.nums
-
-    @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], webhook: bool = False) -> RoomRequest:
-        """The request of a real pod. A pending pod has passed HAMi's admission webhook already;
-        `webhook` applies it (for a pod that has not, such as :func:`parse_room_request`'s)."""
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        request = pod_request(pod, webhook=webhook)
-        gpu = request.gpu_containers
-        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}" if meta.get("name") else "request"
-        if not gpu:
-            raise ValueError(f"pod {name} asks for no GPU ({_VENDOR.resource_count})")
-        if len(gpu) != 1 or any(r is not None for r in request.init):
-            raise ValueError(
-                f"pod {name} has {len(gpu)} GPU containers and "
-                f"{sum(r is not None for r in request.init)} GPU init containers; only pods with one GPU "
-                "container are handled"
-            )
-        affinity = dict(spec.get("affinity") or {})
-        notes = []
-        for kind in ("podAffinity", "podAntiAffinity"):
-            if (affinity.pop(kind, None) or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):
-                notes.append(f"required {kind} is not checked")
-        if spec.get("topologySpreadConstraints"):
-            notes.append("topologySpreadConstraints are not checked")
-        return cls(
-            gpu=gpu[0],
-            selectors=request.selectors,
-            node_selector=dict(spec.get("nodeSelector") or {}),
-            affinity=affinity,
-            tolerations=tuple(spec.get("tolerations") or ()),
-            resources=pod_requests(pod),
-            name=name,
-            notes=tuple(notes),
-        )
-
-    def as_allocation(self) -> PodAllocation:
-        """The pod as the constraint checks see it (no node, no GPUs yet)."""
-        ns, _, name = self.name.rpartition("/")
-        return PodAllocation(
-            namespace=ns,
-            name=name,
-            uid="",
-            node="",
-            phase="Pending",
-            labels={},
-            owner_kind=None,
-            owner_name=None,
-            per_gpu={},
-            containers=(),
-            request=PodRequest(init=(), containers=(self.gpu,), selectors=self.selectors),
-            node_selector=self.node_selector,
-            affinity=self.affinity,
-            tolerations=self.tolerations,
-        )
-
-    def describe(self) -> str:
-        parts = [f"{self.gpu.nums} GPU{'s' if self.gpu.nums != 1 else ''}"]
-        if self.gpu.memreq:
-            parts.append(f"{self.gpu.memreq} MiB each")
-        elif self.gpu.mem_percentage != PCT_UNSET:
-            parts.append(f"{self.gpu.mem_percentage}% memory each")
-        parts.append(f"{self.gpu.coresreq}% cores each")
-        if self.selectors.use_types:
-            parts.append(f"type {','.join(self.selectors.use_types)}")
-        return ", ".join(parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "gpus": self.gpu.nums,
-            "gpumem": self.gpu.memreq or None,
-            "gpumemPercentage": None if self.gpu.mem_percentage == PCT_UNSET else self.gpu.mem_percentage,
-            "gpucores": self.gpu.coresreq,
-            "types": list(self.selectors.use_types),
-            "nodeSelector": dict(self.node_selector),
-            "cpu": format_cpu(self.resources.cpu),
-            "memory": format_memory(self.resources.memory),
-        }
-
-
-# ---- the hypothetical request (--for-request) ----------------------------------------------------
-_INT_KEYS = {"gpus": (1, 1024), "gpumem": (1, 1 << 40), "gpumem-percentage": (1, 100), "gpucores": (0, 100)}
-_LIST_KEYS = ("type", "nouse-type", "uuid", "nouse-uuid", "node-selector", "toleration")
-_QUANTITY_KEYS = ("cpu", "memory")
-KNOWN_KEYS = (*_INT_KEYS, *_LIST_KEYS, *_QUANTITY_KEYS)
-_TOLERATION = re.compile(r"^([^=:\s]+)(?:=([^:\s]*))?(?::(NoSchedule|NoExecute|PreferNoSchedule))?$")
-_LABEL = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]*$")
-
-
-def parse_room_request(text: str) -> RoomRequest:
-    """A request from ``gpus=4,gpumem=20000,gpucores=50,type=A100,node-selector=k=v`` (the
-    ``--for-request`` value): comma-separated ``key=value`` items. ``gpus`` is required; ``gpumem``
-    (MiB) and ``gpumem-percentage`` exclude each other; neither means the whole memory, and then
-    HAMi's webhook gives the pod all the cores unless ``gpucores`` says otherwise. ``type``,
-    ``nouse-type``, ``uuid``, ``nouse-uuid``, ``node-selector`` (``k=v``) and ``toleration``
-    (``key[=value][:Effect]``) may repeat; ``cpu`` and ``memory`` are the pod's requests of its
-    node (Kubernetes quantities). Raises ValueError naming the bad item."""
-    if not text or not text.strip():
-        raise ValueError("empty request: give at least gpus=N")
-    ints: dict[str, int] = {}
-    lists: dict[str, list[str]] = {k: [] for k in _LIST_KEYS}
-    quantities: dict[str, str] = {}
-    for item in text.split(","):
-        key, sep, value = item.strip().partition("=")
-        key, value = key.strip(), value.strip()
-        if not item.strip():
-            raise ValueError(f"empty item in {text!r} (two commas in a row, or a trailing comma)")
-        if not sep or not value:
-            raise ValueError(f"item {item.strip()!r} needs key=value")
-        if key not in KNOWN_KEYS:
-            raise ValueError(f"unknown key {key!r} (known: {', '.join(KNOWN_KEYS)})")
-        if key in _INT_KEYS:
-            if key in ints:
-                raise ValueError(f"{key} given twice")
-            ints[key] = _int_value(key, value)
-        elif key in _QUANTITY_KEYS:
-            if key in quantities:
-                raise ValueError(f"{key} given twice")
-            quantities[key] = _quantity_value(key, value)
-        else:
-            lists[key].append(value)
-    if "gpus" not in ints:
-        raise ValueError("gpus=N is required (the number of GPUs the pod asks for)")
-    if "gpumem" in ints and "gpumem-percentage" in ints:
-        raise ValueError("give gpumem (MiB) or gpumem-percentage, not both")
-    return RoomRequest.from_pod(_request_pod(ints, lists, quantities), webhook=True)
-
-
-def _int_value(key: str, value: str) -> int:
-    lo, hi = _INT_KEYS[key]
-    if not re.fullmatch(r"\d+", value):
-        raise ValueError(f"{key} must be a whole number, got {value!r}")
-    n = int(value)
-    if not lo <= n <= hi:
-        raise ValueError(f"{key} must be between {lo} and {hi}, got {n}")
-    return n
-
-
-def _quantity_value(key: str, value: str) -> str:
-    try:
-        amount = parse_quantity(value)
-    except QuantityError:
-        raise ValueError(f"{key} must be a Kubernetes quantity (such as 8, 500m, 64Gi), got {value!r}") from None
-    if amount < 0:
-        raise ValueError(f"{key} must not be negative, got {value!r}")
-    return value
-
-
-def _request_pod(
-    ints: Mapping[str, int], lists: Mapping[str, list[str]], quantities: Mapping[str, str]
-) -> dict[str, Any]:
-    """The pod the request describes, as submitted (before HAMi's webhook)."""
-    limits = {_VENDOR.resource_count: str(ints["gpus"])}
-    for key, res in (
-        ("gpumem", _VENDOR.resource_memory),
-        ("gpumem-percentage", _VENDOR.resource_memory_percentage),
-        ("gpucores", _VENDOR.resource_cores),
-    ):
-        if key in ints:
-            limits[res] = str(ints[key])
-    annotations = {}
-    for key, annotation in (
-        ("type", _VENDOR.use_type),
-        ("nouse-type", _VENDOR.nouse_type),
-        ("uuid", _VENDOR.use_uuid),
-        ("nouse-uuid", _VENDOR.nouse_uuid),
-    ):
-        if lists[key]:
-            annotations[annotation] = ann.join_list(lists[key])
-    node_selector: dict[str, str] = {}
-    for kv in lists["node-selector"]:
-        k, sep, v = kv.partition("=")
-        if not sep or not _LABEL.match(k) or (v and not _LABEL.match(v)):
-            raise ValueError(f"node-selector must be label=value, got {kv!r}")
-        if node_selector.get(k, v) != v:
-            raise ValueError(f"node-selector asks {k} to equal both {node_selector[k]!r} and {v!r}")
-        node_selector[k] = v
-    tolerations = []
-    for t in lists["toleration"]:
-        m = _TOLERATION.match(t)
-        if m is None:
-            raise ValueError(f"toleration must be key[=value][:NoSchedule|NoExecute|PreferNoSchedule], got {t!r}")
-        key, value, effect = m.groups()
-        tol: dict[str, str] = {"key": key, "operator": "Exists" if value is None else "Equal"}
-        if value is not None:
-            tol["value"] = value
-        if effect:
-            tol["effect"] = effect
-        tolerations.append(tol)
-    resources: dict[str, Any] = {"limits": limits}
-    if quantities:
-        resources["requests"] = dict(quantities)
-    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": resources}]}
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if tolerations:
-        spec["tolerations"] = tolerations
-    return {"metadata": {"annotations": annotations}, "spec": spec}
-
-
-# ---- the plan ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RoomPlan:
-    """The moves after which the pod fits (in an order valid step by step), and where it goes; or,
-    when no plan within the options' limits exists, no moves and the binding constraint."""
-
-    request: RoomRequest
-    moves: tuple[Move, ...]
-    node: str | None  # where the pod fits after the moves; None: no room can be made
-    gpus: tuple[int, ...] = ()  # NVML indices on `node`
-    uuids: tuple[str, ...] = ()
-    reason: str = ""  # why no room can be made (empty when it can)
-    nodes_tried: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.node is not None
-
-    @property
-    def gpu_devices(self) -> list[str]:
-        return [f"gpu-{i}" for i in self.gpus]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "request": self.request.as_dict(),
-            "fits": self.ok,
-            "node": self.node,
-            "gpus": list(self.gpus),
-            "uuids": list(self.uuids),
-            "moves": [m.as_dict() for m in self.moves],
-            "reason": self.reason,
-            "notes": list(self.request.notes),
-            "nodesTried": self.nodes_tried,
-            "seconds": round(self.seconds, 3),
-        }
-
-
-def make_room(state: ClusterState, request: RoomRequest, options: PlanOptions | None = None) -> RoomPlan:
-    """The fewest moves (within `options`' limits: max_moves, the workload budgets, the namespaces
-    and pods that may move) after which `request` fits on one node, with that node and its GPUs;
-    or an empty plan and the binding constraint. `state` is not modified."""
-    options = options or PlanOptions()
-    if options.max_moves is not None and options.max_moves < 0:
-        raise ValueError("max_moves must be >= 0")
-    started = time.perf_counter()
-    base = replacement_state(state)
-    search = _Search(Engine(base, options), request)
-    found = search.run()
-    if found is None:
-        reason = search.why_not(base, options)
-        return RoomPlan(request, (), None, reason=reason, nodes_tried=search.tried, seconds=_since(started))
-    return RoomPlan(
-        request,
-        tuple(found.moves),
-        found.node,
-        found.gpus,
-        found.uuids,
-        nodes_tried=search.tried,
-        seconds=_since(started),
-    )
-
-
-def _since(started: float) -> float:
-    return time.perf_counter() - started
-
-
-@dataclass(frozen=True)
-class _Found:
-    key: tuple[int, int, str]  # moves, GPU compute moved, node: the order of plans
-    node: str
-    gpus: tuple[int, ...]
-    uuids: tuple[str, ...]
-    moves: list[Move]
-
-
-@dataclass
-class _Candidate:
-    node: str
-    bound: int  # fewest moves any plan on this node needs (the GPUs' own pods only)
-    gpus: list[tuple[float, int, list[tuple[int, ...]]]]  # (cost, gid, eviction sets), cheapest first
-
-
-class _Search:
+class Search:
     """One make_room search over an engine (which it leaves as it found it)."""
 
     def __init__(self, e: Engine, request: RoomRequest) -> None:
@@ -406,8 +81,8 @@ class _Search:
             ]
 
     # -- the search --
-    def run(self) -> _Found | None:
-        best: _Found | None = None
+    def run(self) -> Found | None:
+        best: Found | None = None
         ties = 0
         for cand in self.candidates():
             if best is not None and cand.bound > best.key[0]:
@@ -431,7 +106,7 @@ class _Search:
                 break  # fits now: nothing beats it, and nodes come by name within a bound
         return best
 
-    def candidates(self) -> list[_Candidate]:
+    def candidates(self) -> list[Candidate]:
         out = []
         n = self.req.nums
         for name, gids in self.usable.items():
@@ -446,7 +121,7 @@ class _Search:
                 continue
             costs.sort(key=lambda c: (c[0], self.e.g_use[c[1]].usedcores, c[1]))
             bound = int(sum(c[0] for c in costs[:n]) + 0.999)
-            out.append(_Candidate(name, bound, costs))
+            out.append(Candidate(name, bound, costs))
         out.sort(key=lambda c: (c.bound, c.node))
         return out
 
@@ -530,7 +205,7 @@ class _Search:
             after.usedcores -= r.coresreq
         return gpu_fit_reason(self.req, d, after, self.request.selectors, e.g_cordoned[g]) is None
 
-    def realize(self, cand: _Candidate, budget: int, largest_first: bool = True) -> _Found | None:
+    def realize(self, cand: Candidate, budget: int, largest_first: bool = True) -> Found | None:
         """Make room on `cand.node` within `budget` moves: the plan, with the engine restored.
         Among GPUs of equal price, those of the largest pods first (`largest_first`: they have
         the fewest places to go), or the smallest."""
@@ -552,7 +227,7 @@ class _Search:
                 return None
             compute = sum(self._compute(p) for p in range(len(e.p_alloc)) if e.moved(p))
             gpus = tuple(sorted(chosen, key=lambda g: e.g_dev[g].index))
-            return _Found(
+            return Found(
                 (e.moves_made, compute, cand.node),
                 cand.node,
                 tuple(e.g_dev[g].index for g in gpus),
@@ -566,7 +241,7 @@ class _Search:
         e = self.e
         return gpu_fit_reason(self.req, e.g_dev[g], e.g_use[g], self.request.selectors, e.g_cordoned[g]) is None
 
-    def _free_gpus(self, cand: _Candidate, budget: int, records: list[Record], largest_first: bool) -> list[int] | None:
+    def _free_gpus(self, cand: Candidate, budget: int, records: list[Record], largest_first: bool) -> list[int] | None:
         """Room on `nums` GPUs of the node, one GPU at a time, each time the one that costs the
         fewest moves *now* (after the GPUs chosen before it: pods compete for the same places),
         priced by making the room and undoing it; among equals those of the largest pods first
@@ -639,7 +314,7 @@ class _Search:
                     for p in e.g_pods[g]
                     if p not in tried and e.can_move(p) and e.p_res[p] != Resources()
                 },
-                key=lambda p: (-_closes(e.p_res[p], short), p),
+                key=lambda p: (-closes(e.p_res[p], short), p),
             )
             if not pods or budget - e.moves_made <= 0:
                 return False
@@ -814,7 +489,7 @@ class _Search:
         e = self.e
         pods = sorted(
             {q for g in e.node_gids[node] if g not in keep for q in e.g_pods[g] if e.can_move(q)},
-            key=lambda q: (-_closes(e.p_res[q], short), q),
+            key=lambda q: (-closes(e.p_res[q], short), q),
         )
         chosen: list[int] = []
         got = Resources()
@@ -850,8 +525,8 @@ class _Search:
         if not cands:
             return self._held()
         # Would more moves do it? Then the limits bind.
-        for label, relaxed in _relaxations(options, self._budgets_bind(options)):
-            again = _Search(Engine(base, relaxed), self.request)
+        for label, relaxed in relaxations(options, self._budgets_bind(options)):
+            again = Search(Engine(base, relaxed), self.request)
             found = again.run()
             if found is not None:
                 return label(found, options)
@@ -861,7 +536,7 @@ class _Search:
         if stuck:
             e = self.e
             names = ", ".join(
-                f"{e.p_alloc[p].key} ({_describe(e.p_req[p])}, {format_cpu(e.p_res[p].cpu)} CPU)" for p in stuck
+                f"{e.p_alloc[p].key} ({describe_request(e.p_req[p])}, {format_cpu(e.p_res[p].cpu)} CPU)" for p in stuck
             )
             return (
                 f"no room can be made: on node {best.node} (the cheapest on paper, {best.bound} "
@@ -957,74 +632,9 @@ class _Search:
         for g in self.usable.get(where, ()):
             for p in e.g_pods[g]:
                 if not e.can_move(p):
-                    held[_stay_reason(e, p)] += 1
+                    held[stay_reason(e, p)] += 1
         why = ", ".join(f"{r} ({c})" for r, c in held.most_common(3))
         return (
             f"pods that may not move hold the GPUs: at most {most} GPUs of the {n} asked can be made "
             f"free on any eligible node (node {where}; pods kept: {why or 'none'})"
         )
-
-
-def _describe(req: GpuRequest | None) -> str:
-    if req is None:
-        return "no GPU"
-    mem = f"{req.memreq} MiB" if req.memreq else f"{req.mem_percentage}% memory"
-    return f"{req.nums} GPU{'s' if req.nums != 1 else ''}, {mem}, {req.coresreq}% cores"
-
-
-def _stay_reason(e: Engine, p: int) -> str:
-    if not e.p_movable[p]:
-        why = immovable_reason(e.p_alloc[p], e.options.excluded_namespaces, e.state.problems)
-        return (why or "its workload has used its disruption budget").split(":")[0]
-    if e.moves_made >= e.max_moves:
-        return "--max-moves reached"
-    return "its workload has used its disruption budget"
-
-
-def _closes(res: Resources, short: Resources) -> float:
-    """How much of the shortfall `short` a pod's requests `res` close (0-3)."""
-    total = 0.0
-    for have, want in ((res.cpu, short.cpu), (res.memory, short.memory), (res.pods, short.pods)):
-        if want > 0:
-            total += min(have, want) / want
-    return total
-
-
-def _relaxations(
-    options: PlanOptions, budgets_bind: bool
-) -> list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]]:
-    out: list[tuple[Callable[[_Found, PlanOptions], str], PlanOptions]] = []
-    if options.max_moves is not None:
-        out.append((_over_max_moves, replace(options, max_moves=None)))
-    if not budgets_bind:
-        return out
-    out.append(
-        (
-            _over_budgets,
-            replace(
-                options, max_moves=None, max_moves_per_workload=1 << 20, workload_limits={}, workload_moves_used={}
-            ),
-        )
-    )
-    return out
-
-
-def _over_max_moves(found: _Found, options: PlanOptions) -> str:
-    n = len(found.gpus)
-    return (
-        f"node {found.node} has room for {n} GPU{'s' if n != 1 else ''} only after "
-        f"{found.key[0]} moves, over --max-moves {options.max_moves}"
-    )
-
-
-def _over_budgets(found: _Found, options: PlanOptions) -> str:
-    per: Counter[str] = Counter(m.workload for m in found.moves if m.workload)
-    over = [
-        f"{w} ({c} moves, budget {options.limit_of(w) - options.workload_moves_used.get(w, 0)})"
-        for w, c in sorted(per.items())
-        if c > options.limit_of(w) - options.workload_moves_used.get(w, 0)
-    ]
-    return (
-        f"node {found.node} has room only after {found.key[0]} moves, over the workloads' disruption "
-        f"budgets (--max-moves-per-workload {options.max_moves_per_workload}): {', '.join(over)}"
-    )
