@@ -159,6 +159,10 @@ def test_gpu_type_and_uuid_selectors_are_honoured() -> None:
     assert r.node == "t4"
     r = make_room(s, parse_room_request("gpus=4,type=T4"))
     assert r.reason == "GPU type T4 has only 3 usable GPUs on any eligible node (node t4); the pod asks for 4"
+    # A type no GPU has: the types the cluster has are named (issue 40: `type=A100` on the example)
+    r = make_room(s, parse_room_request("gpus=1,type=H100"))
+    assert r.reason.startswith("GPU type H100 has only 0 usable GPUs on any eligible node; the pod asks for 1 ")
+    assert r.reason.endswith(f"(GPU types here: {T4[0]} (3), NVIDIA A100-SXM4-80GB (2))"), r.reason
     r = make_room(s, parse_room_request(f"gpus=1,uuid={gpu_uuid('t4', 1)}"))
     assert (r.node, r.gpus, [m.pod for m in r.moves]) == ("t4", (1,), ["ns/b"])
     r = make_room(s, parse_room_request(f"gpus=2,nouse-uuid={gpu_uuid('a100', 0)}"))

@@ -577,7 +577,8 @@ class Search:
         gpus = f"{most} usable GPU{'s' if most != 1 else ''}"
         if sel.use_types or sel.nouse_types:
             types = ",".join(sel.use_types) or "not " + ",".join(sel.nouse_types)
-            return f"GPU type {types} has only {gpus} on {where}; the pod asks for {n}"
+            here = "" if most else f" (GPU types here: {self._types_here()})"
+            return f"GPU type {types} has only {gpus} on {where}; the pod asks for {n}{here}"
         if sel.use_uuids or sel.nouse_uuids:
             return f"the pod's GPU UUID selectors leave at most {gpus} on {where}; it asks for {n}"
         if self.req.memreq or self.req.coresreq:
@@ -586,6 +587,14 @@ class Search:
                 f"{self.req.describe()} (the most is {most}, on node {node})"
             )
         return f"no eligible node has {n} usable GPUs (the most is {most}, on node {node})"
+
+    def _types_here(self, shown: int = 6) -> str:
+        """The GPU types of the cluster, most GPUs first: what a type selector that matches none
+        could have asked for (a `type=` matches part of one, in any case: HAMi's CheckType)."""
+        count = Counter(d.type for node in self.e.state.nodes.values() for d in node.devices)
+        listed = ", ".join(f"{t} ({n})" for t, n in count.most_common(shown))
+        more = len(count) - shown
+        return listed + (f" and {more} more" if more > 0 else "") if count else "none"
 
     def _room_reason(self) -> str | None:
         """Node CPU, memory or slots short on every node with enough usable GPUs, even with every
