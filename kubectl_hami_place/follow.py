@@ -33,7 +33,7 @@ class AgentRef:
     """Where the agent's read-only proxy listener is: a Service port, by name."""
 
     namespace: str = "kube-system"
-    service: str = "gpu-descheduler-webhook"
+    service: str = "gpu-descheduler-webhook"  # DEFAULT_SERVICE
     port: str = "proxy"
 
     def events_path(self, namespace: str, name: str) -> str:
@@ -41,6 +41,37 @@ class AgentRef:
             f"/api/v1/namespaces/{self.namespace}/services/https:{self.service}:{self.port}"
             f"/proxy/api/v1/placements/{namespace}/{name}/events"
         )
+
+
+# On the chart's Service when its progress port is on (chart/templates/service.yaml): how the
+# plugin finds the agent whatever the release is called.
+PROGRESS_LABEL = "scheduling.hami.placement.com/progress"
+# The Service name of the release the HAMi design page installs (gpu-descheduler), tried when no
+# Service carries the label or the user may not list Services there.
+DEFAULT_SERVICE = "gpu-descheduler-webhook"
+
+
+def find_agent(kube: Any, namespace: str, service: str | None) -> AgentRef:
+    """The agent's progress Service in `namespace`: the one named, else the one labelled
+    PROGRESS_LABEL=true there (any release name), else DEFAULT_SERVICE. Of several labelled
+    Services (two releases in one namespace) the first by name, said on stderr: the placement
+    exists by now, so this never fails the command."""
+    if service:
+        return AgentRef(namespace, service)
+    try:
+        found = kube.request(
+            "GET", f"/api/v1/namespaces/{namespace}/services", {"labelSelector": f"{PROGRESS_LABEL}=true"}
+        )
+    except kube_errors.KubeError:
+        return AgentRef(namespace, DEFAULT_SERVICE)  # no right to list Services: the default name
+    names = sorted(str((s.get("metadata") or {}).get("name")) for s in found.get("items") or ())
+    if len(names) > 1:
+        print(
+            f"note: {len(names)} hami-place agents serve progress in namespace {namespace} ({', '.join(names)}); "
+            f"following through {names[0]} (name one with --agent-service)",
+            file=sys.stderr,
+        )
+    return AgentRef(namespace, names[0] if names else DEFAULT_SERVICE)
 
 
 class FollowTimeout(UserError):

@@ -209,10 +209,9 @@ def agent_options(fn: F) -> F:
     fn = click.option(
         "--agent-service",
         envvar="HAMI_PLACE_AGENT_SERVICE",
-        default="gpu-descheduler-webhook",
-        show_default=True,
         metavar="NAME",
-        help="The agent's Service.",
+        help="The agent's Service (default: the one the chart labels for progress in --agent-namespace, "
+        "whatever the release is called; else gpu-descheduler-webhook).",
     )(fn)
     return click.option(
         "--agent-namespace",

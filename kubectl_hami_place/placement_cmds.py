@@ -86,9 +86,9 @@ def hint_on_interrupt(ns: str, name: str) -> Iterator[None]:
 def follow_placement(kube: Any, ns: str, name: str, kw: dict[str, Any], timeout: float | None) -> None:
     """Stream progress until terminal: exit 0 on Completed, 1 (UserError) on Failed or timeout."""
     with hint_on_interrupt(ns, name):
-        from kubectl_hami_place.follow import AgentRef, Reporter, follow
+        from kubectl_hami_place.follow import Reporter, find_agent, follow
 
-        agent = AgentRef(kw["agent_namespace"], kw["agent_service"])
+        agent = find_agent(kube, kw["agent_namespace"], kw["agent_service"])
         with Reporter() as reporter:
             final = follow(kube, ns, name, reporter, agent, timeout)
     if final.get("phase") != "Completed":

@@ -209,6 +209,9 @@ def host_ip() -> str:
     return ip
 
 
+PROGRESS_LABEL = "scheduling.hami.placement.com/progress"  # chart/templates/service.yaml
+
+
 def expose_agent_service(api: Any, agent: AgentProcess, namespace: str, name: str) -> None:
     """A selector-less Service plus Endpoints pointing at a local agent's listeners, as the chart's
     Service points at the agent pods: port `https` (main) and `proxy` (read-only, service proxy)."""
@@ -235,7 +238,8 @@ def expose_agent_service(api: Any, agent: AgentProcess, namespace: str, name: st
     )
     ports = [("https", 8083, agent.port), ("proxy", 8084, agent.proxy_port)]
     service: Any = {
-        "metadata": {"name": name, "namespace": namespace},
+        # labelled as the chart labels it with progressProxy on: how the plugin finds it by itself
+        "metadata": {"name": name, "namespace": namespace, "labels": {PROGRESS_LABEL: "true"}},
         "spec": {"ports": [{"name": n, "port": p, "targetPort": t, "protocol": "TCP"} for n, p, t in ports]},
     }
     endpoints: Any = {

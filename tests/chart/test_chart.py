@@ -526,14 +526,18 @@ def test_progress_proxy_is_fenced_and_its_role_names_one_service_port(testbed, t
             "resources": ["services/proxy"],
             "resourceNames": [f"https:{svc['metadata']['name']}:proxy"],
             "verbs": ["get"],
-        }
+        },
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]},  # the plugin finds it by label
     ]
+    assert svc["metadata"]["labels"]["scheduling.hami.placement.com/progress"] == "true"
     binding = next(b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"].endswith("-progress-reader"))
     assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {("Group", "gpu-operators"), ("User", "alice")}
     default = render(testbed, tmp_path, "kube-system")
     (dep,) = by_kind(default, "Deployment")
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["HAMI_PLACE_PROXY_PORT"] == "0"  # off unless asked for
+    (plain,) = by_kind(default, "Service")
+    assert "scheduling.hami.placement.com/progress" not in plain["metadata"]["labels"]  # nothing to find
 
 
 def test_metrics_port_service_monitor_and_dashboard(testbed, tmp_path) -> None:

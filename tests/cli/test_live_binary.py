@@ -190,6 +190,29 @@ def test_unreachable_agent_falls_back_to_watching_the_object(live: Live) -> None
     assert r.stdout.rstrip().splitlines()[-1].split()[1] == "Completed"
 
 
+def test_the_agent_is_found_by_its_label_whatever_the_release_is_called(live: Live) -> None:
+    """Issue 40: `--agent-service` defaulted to gpu-descheduler-webhook, so `helm install hami-place
+    ./chart` silently lost live progress. The same agent behind a second release's Service name,
+    in a namespace of its own, is found by the chart's label: progress streams through the API
+    server's service proxy (no fallback note) with only --agent-namespace given."""
+    from testbed.agent_process import expose_agent_service
+
+    core, apps = client.CoreV1Api(live.api), client.AppsV1Api(live.api)
+    release_ns = f"{live.ns[:40]}-rel"
+    core.create_namespace({"metadata": {"name": release_ns}})
+    try:
+        expose_agent_service(live.api, live.agents.agent, release_ns, "hami-place-webhook")
+        apps.create_namespaced_deployment(live.ns, deployment("renamed", replicas=1))
+        victim = wait_for("a Running pod", lambda: running_pods(core, live.ns, "app=renamed"), 60)[0]
+        target = ["--node", live.targets[2].name, "--gpu", "gpu-2", "--evict", "--agent-namespace", release_ns]
+        r = live.run("move", victim.metadata.name, "-n", live.ns, *target)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert FALLBACK_NOTE not in r.stderr and not r.stderr.strip(), r.stderr
+        assert r.stdout.rstrip().splitlines()[-1].split()[1] == "Completed"
+    finally:
+        core.delete_namespace(release_ns)
+
+
 def test_unreachable_api_server_is_a_one_line_error(live: Live, tmp_path) -> None:
     dead = live.testbed.write_token_kubeconfig(tmp_path / "dead.kubeconfig", "nobody", "x")
     text = dead.read_text().replace(live.testbed.server, "https://127.0.0.1:1")

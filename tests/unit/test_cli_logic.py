@@ -220,3 +220,29 @@ def test_counts_read_as_english() -> None:
 
     assert [counted(n, "move") for n in (0, 1, 2)] == ["0 moves", "1 move", "2 moves"]
     assert counted(1, "GPU") == "1 GPU"
+
+
+def test_the_agent_is_found_by_its_label() -> None:
+    """Issue 40 item 4: any release name. The Service named, else the one the chart labels for
+    progress, else the default name (also when Services may not be listed)."""
+    from hami_place_core.kube import errors as kube_errors
+    from kubectl_hami_place.follow import DEFAULT_SERVICE, PROGRESS_LABEL, find_agent
+
+    class Services:
+        def __init__(self, names: list[str] | Exception) -> None:
+            self.names, self.queries = names, []
+
+        def request(self, method: str, path: str, query: dict[str, Any]) -> dict[str, Any]:
+            self.queries.append((method, path, query))
+            if isinstance(self.names, Exception):
+                raise self.names
+            return {"items": [{"metadata": {"name": n}} for n in self.names]}
+
+    one = Services(["hami-place-webhook"])
+    assert find_agent(one, "gpu", None).service == "hami-place-webhook"
+    assert one.queries == [("GET", "/api/v1/namespaces/gpu/services", {"labelSelector": f"{PROGRESS_LABEL}=true"})]
+    assert find_agent(Services(["x"]), "gpu", "named").service == "named"  # the flag wins, nothing listed
+    assert find_agent(Services([]), "gpu", None).service == DEFAULT_SERVICE
+    forbidden = Services(kube_errors.Forbidden("services is forbidden", status=403))
+    assert find_agent(forbidden, "gpu", None).service == DEFAULT_SERVICE
+    assert find_agent(Services(["b-release", "a-release"]), "gpu", None).service == "a-release"
