@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.moves import describe_move, execute_move
+from kubectl_hami_place.moves import describe_move, execute_move, namespace_only
 from kubectl_hami_place.options import (
     Duration,
     agent_options,
@@ -104,8 +104,10 @@ def defrag(
         max_moves_per_workload=kw["max_moves_per_workload"],
         solver=kw["solver"],
     )
+    scope = None if kw["all_namespaces"] else kw["namespace"]  # -n: only that namespace's pods move
     try:
-        start = plan(live_state(kube, selector), replace(base, max_moves=max_moves))
+        state = live_state(kube, selector)
+        start = plan(state, replace(base, max_moves=max_moves, kept_pods=namespace_only(state.pods, scope)))
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
     if start.solver_note == ABSENT:
@@ -124,9 +126,15 @@ def defrag(
     done = 0
     try:
         while done < max_moves:
+            state = live_state(kube, selector, warn=False)
             current = plan(
-                live_state(kube, selector, warn=False),
-                replace(base, max_moves=max_moves - done, workload_moves_used=dict(used)),
+                state,
+                replace(
+                    base,
+                    max_moves=max_moves - done,
+                    workload_moves_used=dict(used),
+                    kept_pods=namespace_only(state.pods, scope),
+                ),
             )
             if not current.moves:
                 break

@@ -117,12 +117,13 @@ def inspect(
       kubectl hami-place inspect
       kubectl hami-place inspect gpu-node-1 gpu-node-2 -o wide
       kubectl hami-place inspect -l gpu=on --heatmap
+      kubectl hami-place inspect -n ml -o summary      # the nodes namespace ml's pods run on
       kubectl hami-place inspect -o summary --no-headers | sort -k4 -n   # one line per node
       kubectl hami-place inspect -o jsonpath='{.summary.cluster.wholeFree}'
       kubectl hami-place inspect -o json > snap.json && kubectl hami-place inspect --snapshot snap.json
     """
-    if show_heatmap and output == "summary":
-        raise click.UsageError("--heatmap and -o summary are two views of the cluster: use one")
+    if show_heatmap and output != "table":
+        raise click.UsageError(f"--heatmap and -o {output} are two views of the cluster: use one")
     if snapshot:
         raw_nodes, raw_pods, meta = load_snapshot(resolve_snapshot(snapshot))
         source = f"snapshot {snapshot} ({meta.get('source', 'unknown source')})"
@@ -135,7 +136,12 @@ def inspect(
     state = build_state(raw_nodes, raw_pods)
     metrics = cluster_metrics(state, mix_from_state(state))
     names = _select_nodes(state, nodes)
-    if nodes:
+    if namespace and not all_namespaces:  # the nodes that namespace's pods run on
+        running = {p.node for key, p in state.pods.items() if key.split("/", 1)[0] == namespace}
+        names = [n for n in names if n in running]
+        if not names:
+            click.echo(f"no GPU node runs a pod of namespace {namespace}", err=True)
+    if nodes or (namespace and not all_namespaces):
         keep = set(names)
         raw_nodes = [n for n in raw_nodes if n.get("metadata", {}).get("name") in keep]
         state, metrics = _restrict(state, metrics, keep)
@@ -146,7 +152,7 @@ def inspect(
     if show_heatmap:
         click.echo(heatmap(state, metrics, names, color=use_color(sys.stdout.isatty())))
         return
-    if not names:
+    if not names and not (namespace and not all_namespaces):
         click.echo(f"no nodes with a HAMi GPU inventory ({ann.NODE_REGISTER}) found", err=True)
     if output == "summary":
         if names:

@@ -4,9 +4,19 @@ import this; it imports no command (the CLI has no import cycle: .importlinter).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kubectl_hami_place.options import STRATEGIES
+
+
+def namespace_only(pods: Iterable[str], namespace: str | None) -> dict[str, str]:
+    """The pods a plan keeps where they are when -n names a namespace (every other namespace's),
+    as PlanOptions.kept_pods; {} without -n."""
+    if not namespace:
+        return {}
+    why = f"not in namespace {namespace} (-n)"
+    return {key: why for key in pods if key.split("/", 1)[0] != namespace}
 
 
 def describe_move(m: Any) -> str:

@@ -423,6 +423,8 @@ def cancel(name: str, force: bool, **kw: Any) -> None:
     from hami_place_core import placement as hp
     from hami_place_core.kube import errors as kube_errors
 
+    if kw.get("all_namespaces"):
+        raise click.UsageError("cancel withdraws one placement: name its namespace with -n, not -A")
     kube = _kube(kw)
     ns = kube.effective_namespace()
     try:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.moves import describe_move
+from kubectl_hami_place.moves import describe_move, namespace_only
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
 from kubectl_hami_place.printers import counted, is_structured, print_structured, warn_if_exact_skipped
 
@@ -134,6 +134,7 @@ def plan(
       kubectl hami-place plan --snapshot example
       kubectl hami-place plan --snapshot example --max-moves 250 --max-rows 20   # first 10, last 10
       kubectl hami-place plan --max-moves 20 --exclude-namespace prod
+      kubectl hami-place plan -n ml                         # only namespace ml's pods move
       kubectl hami-place plan --objective fragmentation -o json
       kubectl hami-place plan -o jsonpath='{range .moves[*]}{.pod}{" -> "}{.to.node}{"\\n"}{end}'
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
@@ -170,9 +171,12 @@ def plan(
             source = kube.server
         progress.label = "planning"
         state = build_state(raw_nodes, raw_pods)
+        # -n without --for: only that namespace's pods move (with --for it is the pod's namespace).
+        scope = namespace if not all_namespaces and for_pod is None and for_request is None else None
         planned = _compute(
             state,
             PlanOptions(
+                kept_pods=namespace_only(state.pods, scope),
                 objective=objective,  # type: ignore[arg-type]
                 max_moves=max_moves,
                 excluded_namespaces=frozenset({"kube-system", *excluded}),

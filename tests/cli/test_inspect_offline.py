@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from kubectl_hami_place.cli import cli
@@ -26,3 +27,27 @@ def test_table_of_the_example_cluster() -> None:
     out = run("inspect", "--snapshot", "example", "openb-node-0050")
     assert out.startswith("NODE openb-node-0050  Ready")
     assert "GPU    MODEL" in out and "CLUSTER" in out
+
+
+def test_a_namespace_shows_the_nodes_its_pods_run_on() -> None:
+    """Issue 40: `inspect -n nosuchns -o summary` printed all 1,213 nodes (-n accepted, ignored)."""
+    result = CliRunner().invoke(cli, ["inspect", "--snapshot", "example", "-n", "nosuchns", "-o", "summary"])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr.strip() == "no GPU node runs a pod of namespace nosuchns"
+    every = run("inspect", "--snapshot", "example", "-o", "summary", "--no-headers").splitlines()
+    openb = run("inspect", "--snapshot", "example", "-n", "openb", "-o", "summary", "--no-headers").splitlines()
+    assert 0 < len(openb) < len(every)  # the nodes with an openb pod, not the idle ones
+    assert run("inspect", "--snapshot", "example", "-A", "-o", "summary", "--no-headers").splitlines() == every
+
+
+@pytest.mark.parametrize("output", ["json", "yaml", "wide", "summary", "jsonpath={.summary}"])
+def test_the_heatmap_is_not_combined_with_another_view(output: str) -> None:
+    """Issue 40: `inspect --heatmap -o json` ignored --heatmap."""
+    result = CliRunner().invoke(cli, ["inspect", "--snapshot", "example", "--heatmap", "-o", output])
+    assert result.exit_code == 2 and "two views of the cluster" in result.output and result.stdout == ""
+
+
+def test_cancel_refuses_all_namespaces() -> None:
+    """Issue 40: `cancel -A` was accepted (and ignored)."""
+    result = CliRunner().invoke(cli, ["cancel", "some-placement", "-A"])
+    assert result.exit_code == 2 and "name its namespace with -n, not -A" in result.output

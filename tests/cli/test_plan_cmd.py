@@ -287,3 +287,14 @@ def test_a_selector_with_a_snapshot_is_a_usage_error() -> None:
     """As every other conflict of flags: exit 2 (it was 1)."""
     result = invoke("--snapshot", "example", "-l", "pool=a")
     assert result.exit_code == 2 and "-l/--selector cannot be combined with --snapshot" in result.output
+
+
+def test_a_namespace_moves_only_its_own_pods() -> None:
+    """Issue 40: `plan -n nosuchns` moved openb/* pods (-n accepted, ignored). Without --for, -n
+    keeps every other namespace's pods where they are; -A is the whole cluster."""
+    nothing = json.loads(ok("--snapshot", "example", "-n", "nosuchns", "--max-moves", "5", "-o", "json"))
+    assert nothing["moves"] == []
+    own = json.loads(ok("--snapshot", "example", "-n", "openb", "--max-moves", "5", "-o", "json"))
+    assert own["moves"] and all(m["pod"].startswith("openb/") for m in own["moves"])
+    whole = json.loads(ok("--snapshot", "example", "-A", "--max-moves", "5", "-o", "json"))
+    assert [m["pod"] for m in whole["moves"]] == [m["pod"] for m in own["moves"]]  # every pod is openb's
