@@ -20,6 +20,7 @@ from kubectl_hami_place.options import (
     strategy_option,
 )
 from kubectl_hami_place.printers import counted, warn_if_exact_skipped
+from kubectl_hami_place.quiet import stdout_to_stderr
 
 DEFAULT_MAX_MOVES = 10
 
@@ -107,7 +108,8 @@ def defrag(
     scope = None if kw["all_namespaces"] else kw["namespace"]  # -n: only that namespace's pods move
     try:
         state = live_state(kube, selector)
-        start = plan(state, replace(base, max_moves=max_moves, kept_pods=namespace_only(state.pods, scope)))
+        with stdout_to_stderr():  # a solver's banner is not defrag's output
+            start = plan(state, replace(base, max_moves=max_moves, kept_pods=namespace_only(state.pods, scope)))
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
     if start.solver_note == ABSENT:
@@ -127,15 +129,14 @@ def defrag(
     try:
         while done < max_moves:
             state = live_state(kube, selector, warn=False)
-            current = plan(
-                state,
-                replace(
-                    base,
-                    max_moves=max_moves - done,
-                    workload_moves_used=dict(used),
-                    kept_pods=namespace_only(state.pods, scope),
-                ),
+            options = replace(
+                base,
+                max_moves=max_moves - done,
+                workload_moves_used=dict(used),
+                kept_pods=namespace_only(state.pods, scope),
             )
+            with stdout_to_stderr():
+                current = plan(state, options)
             if not current.moves:
                 break
             m = current.moves[0]

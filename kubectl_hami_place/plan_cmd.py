@@ -16,6 +16,7 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.moves import describe_move, namespace_only
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
 from kubectl_hami_place.printers import counted, is_structured, print_structured, warn_if_exact_skipped
+from kubectl_hami_place.quiet import stdout_to_stderr
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
 # -o json's apiVersion and kind: a client-side document (no such object exists in the cluster)
@@ -173,21 +174,22 @@ def plan(
         state = build_state(raw_nodes, raw_pods)
         # -n without --for: only that namespace's pods move (with --for it is the pod's namespace).
         scope = namespace if not all_namespaces and for_pod is None and for_request is None else None
-        planned = _compute(
-            state,
-            PlanOptions(
-                kept_pods=namespace_only(state.pods, scope),
-                objective=objective,  # type: ignore[arg-type]
-                max_moves=max_moves,
-                excluded_namespaces=frozenset({"kube-system", *excluded}),
-                max_moves_per_workload=max_moves_per_workload,
-                max_moves_per_gpu=max_moves_per_gpu,
-                solver=solver,  # type: ignore[arg-type]
-            ),
-            kube,
-            for_pod,
-            for_request,
-        )
+        with stdout_to_stderr():  # a solver's banner must not reach `-o json | jq`
+            planned = _compute(
+                state,
+                PlanOptions(
+                    kept_pods=namespace_only(state.pods, scope),
+                    objective=objective,  # type: ignore[arg-type]
+                    max_moves=max_moves,
+                    excluded_namespaces=frozenset({"kube-system", *excluded}),
+                    max_moves_per_workload=max_moves_per_workload,
+                    max_moves_per_gpu=max_moves_per_gpu,
+                    solver=solver,  # type: ignore[arg-type]
+                ),
+                kube,
+                for_pod,
+                for_request,
+            )
     if for_pod is not None or for_request is not None:
         _print_room(planned, state, source, output, kube, raw_pods)
         return
