@@ -9,7 +9,7 @@ registration, CPU and memory as the replay's nodes) with the real HAMi scheduler
 a time as the replay does (``pod_object``: HAMi's webhook then admits them) and records where HAMi
 put each one, or that it could place it nowhere (the pod is then deleted, as the replay drops it).
 
-``--judge`` replays the record through ``hami_place_core/simulate.py`` step by step from HAMi's own
+``--judge`` replays the record through ``testbed/simulate.py`` step by step from HAMi's own
 state: before pod k the simulator's cluster holds exactly the pods HAMi bound before it, where HAMi
 bound them. It compares the node and, on HAMi's node, the GPUs. Tie-aware: HAMi scores nodes in
 goroutines and sorts them, so among nodes of equal score its choice is arbitrary
@@ -45,15 +45,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hami_place_core import annotations as ann
-from hami_place_core import simulate
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import pod_request
-from hami_place_core.simulate import Simulator, apply, fit_on_node, gpu_score
 from hami_place_core.state import ClusterState, build_state
 from testbed import openb as ob
+from testbed import simulate
 from testbed.allocation import real_hami
 from testbed.cluster import TestBed
 from testbed.hami import NODE_LOCK, scheduler_binary
+from testbed.simulate import Simulator, apply, fit_on_node, gpu_score
 
 POD_TIMEOUT = 60.0
 

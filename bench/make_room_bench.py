@@ -11,7 +11,7 @@ shipped 1,213-node example and openb replays cached by ``bench/planner_bench.py`
 **Quality (16-node subsets).** Per state and size, ``--subsets`` random sets of ``--subset-nodes``
 nodes drawn (seeded) from the nodes where the pod does not fit now, with at least one node of
 ``N`` or more GPUs: every instance needs moves. On each, ``make_room``'s moves against the fewest
-moves of the MILP (``planning.room_milp.fewest_moves``: every movable pod's end, the node rows and
+moves of the MILP (``testbed.room_milp.fewest_moves``: every movable pod's end, the node rows and
 budgets, order ignored, so a lower bound on any valid plan; HiGHS to a gap of 0 within
 ``--milp-seconds``). The MILP's first optimum may have no valid order (pods of full
 nodes trading places); such assignments are cut off and it solves again (``room_milp``): "settled"
@@ -51,9 +51,9 @@ from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.planning import PlanOptions, check_moves
 from hami_place_core.planning.bounds import restrict
 from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
-from hami_place_core.planning.room_milp import fewest_moves
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
+from testbed.room_milp import fewest_moves
 
 DEFAULT_STATES = (
     "example",

@@ -83,9 +83,9 @@ from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_fr
 from hami_place_core.planning.constraints import constraint_signature, immovable_reason, node_refusal, node_schedulable
 from hami_place_core.planning.milp_bounds import MilpResult, milp_bound, node_room_bound
 from hami_place_core.requests import GpuRequest
-from hami_place_core.simulate import Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
 from testbed import openb as replay
+from testbed.simulate import Simulator, fit_on_node
 
 CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
 EFFICIENT = 1.3  # moves per freed GPU for the prefix row

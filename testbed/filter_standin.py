@@ -14,7 +14,7 @@ It decides with the project's own model of HAMi, nothing else: the cluster as HA
 (``hami_place_core.state.build_state`` over the live Nodes and Pods, the filtered pod itself left
 out as ``Filter`` drops its own stale usage), the pod's request as HAMi's admission leaves it
 (``pod_request(webhook=True)``, the ``nvidia.com/use-gputype``/``nouse-gputype``/``use-gpuuuid``
-selectors included) and HAMi's Fit over the node's GPUs (``hami_place_core.simulate.fit_on_node``,
+selectors included) and HAMi's Fit over the node's GPUs (``testbed.simulate.fit_on_node``,
 per-GPU rules from ``hami_place_core.fit``). A failed node's reason is formatted as HAMi's
 ``common.GenReason`` (``pkg/device/common/common.go``) writes it from ``NvidiaGPUDevices.Fit``
 (``pkg/device/nvidia/device.go``), e.g. ``1/4 CardInsufficientCore, 3/4 CardInsufficientMemory``;
@@ -52,9 +52,9 @@ from hami_place_core.fit import (
     gpu_fit_reason,
 )
 from hami_place_core.requests import HAMI_RESOURCES, PodRequest, pod_request
-from hami_place_core.simulate import fit_on_node
 from hami_place_core.state import NodeState, build_state
 from testbed.allocation_standin import gpu_policy
+from testbed.simulate import fit_on_node
 
 log = logging.getLogger("hami-filter-standin")
 

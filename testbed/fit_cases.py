@@ -17,7 +17,7 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
-from hami_place_core.simulate import gpu_uuid
+from testbed.simulate import gpu_uuid
 
 # (registered type, MiB): types as HAMi's plugin writes them (testbed/gpu_nodes.py says why).
 MODELS = (

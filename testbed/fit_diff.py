@@ -33,10 +33,10 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from hami_place_core.requests import PodRequest, pod_request
-from hami_place_core.simulate import Policy, Simulator, fit_on_node
 from hami_place_core.state import ClusterState, build_state
 from testbed.fit_cases import FitCase, generate, node_manifest, pod_manifest, preloaded_manifest
 from testbed.fit_probe import HamiAnswer
+from testbed.simulate import Policy, Simulator, fit_on_node
 
 KINDS = ("webhook", "node-fit", "node", "gpus", "shares", "encoding", "probe")
 Shares = tuple[tuple[tuple[str, int, int], ...], ...]  # per GPU container: (uuid, MiB, cores)

@@ -20,7 +20,7 @@ Mapping (docs/openb.md has the full table and the reasoning):
   (``gpucores: 100``, memory 100%); ``gpu_spec`` becomes ``nvidia.com/use-gputype``;
   CPU-only tasks are skipped (they hold no GPU);
 - a task is present at time T when creation_time <= T < deletion_time. Arrivals are placed by
-  :func:`hami_place_core.simulate.place` (HAMi's binpack node policy and spread GPU policy by
+  :func:`testbed.simulate.place` (HAMi's binpack node policy and spread GPU policy by
   default) among the nodes with enough free CPU and memory (kube-scheduler's NodeResourcesFit);
   a task that fits nowhere waits (Pending) and is retried, oldest first, whenever a departure
   frees room, until it fits or its deletion_time comes;
@@ -53,7 +53,11 @@ from hami_place_core import annotations as ann
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.fragmentation import ClusterMetrics, cluster_metrics, mix_from_state
 from hami_place_core.requests import RES_CORES, RES_GPU, RES_MEM_PCT, pod_request
-from hami_place_core.simulate import (
+from hami_place_core.snapshot import make_snapshot
+from hami_place_core.state import ClusterState, build_state
+from testbed.gpu_nodes import GpuModel as TestbedGpuModel
+from testbed.gpu_nodes import NodeSpec
+from testbed.simulate import (
     POLICIES,
     Policy,
     Simulator,
@@ -62,10 +66,6 @@ from hami_place_core.simulate import (
     node_manifest,
     pod_manifest,
 )
-from hami_place_core.snapshot import make_snapshot
-from hami_place_core.state import ClusterState, build_state
-from testbed.gpu_nodes import GpuModel as TestbedGpuModel
-from testbed.gpu_nodes import NodeSpec
 
 DATA_DIR = Path(os.environ.get("OPENB_DIR", "/work/shared/data/openb"))
 NODE_LIST = "openb_node_list_gpu_node.csv"

@@ -14,9 +14,9 @@ from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import Move, apply_moves, check_moves
-from hami_place_core.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
+from testbed.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
 
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA-Tesla T4", 15360)

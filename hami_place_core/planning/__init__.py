@@ -7,7 +7,6 @@ are exported here too. docs/planner.md describes the algorithm.
 
 Layers, top to bottom; each module imports only modules below it (import-linter enforces it):
 
-- ``room_milp``: the fewest moves that make room for one pod, as a MILP (the benchmark's yardstick);
 - ``room``: ``make_room()``, the fewest moves after which one pending pod fits, and its request
   (from a pod or a ``--for-request`` string): a package of its own (request, result, explain, search);
 - ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;

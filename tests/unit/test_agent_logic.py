@@ -487,7 +487,7 @@ def _constraint_case(spec: dict[str, Any], annotations: dict[str, str] | None = 
     from agent.validate import check_target
     from hami_place_core.annotations import POD_VGPU_NODE, GpuDevice
     from hami_place_core.placement import Placement
-    from hami_place_core.simulate import gpu_uuid, node_manifest
+    from testbed.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
     gpu = GpuDevice(
@@ -563,7 +563,7 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     from hami_place_core.annotations import GpuDevice
     from hami_place_core.placement import Placement
     from hami_place_core.problems import Code
-    from hami_place_core.simulate import gpu_uuid, node_manifest
+    from testbed.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
     devices = [

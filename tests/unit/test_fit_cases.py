@@ -6,10 +6,10 @@ import re
 
 from hami_place_core import annotations as ann
 from hami_place_core.requests import PCT_UNSET, pod_request
-from hami_place_core.simulate import fit_on_node
 from testbed.fit_cases import FEATURES, generate, node_manifest, pod_manifest, preloaded_manifest
 from testbed.fit_diff import judge, model_state, rejudge, save_answers, summary
 from testbed.fit_probe import HamiAnswer
+from testbed.simulate import fit_on_node
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

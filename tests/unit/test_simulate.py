@@ -12,7 +12,8 @@ from hami_place_core import annotations as ann
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import GpuUsage
 from hami_place_core.requests import GpuRequest, pod_request
-from hami_place_core.simulate import (
+from hami_place_core.state import build_state
+from testbed.simulate import (
     Placement,
     Simulator,
     apply,
@@ -28,7 +29,6 @@ from hami_place_core.simulate import (
     pod_manifest,
     schedulable,
 )
-from hami_place_core.state import build_state
 
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA-Tesla T4", 15360)
