@@ -24,15 +24,12 @@ from hami_place_core import annotations as ann
 from hami_place_core.devices import default_kind
 from hami_place_core.placement_status import Phase, PlacementStatus, is_mapping
 from hami_place_core.problems import Code, Problem
+from hami_place_core.requests import HAMI_RESOURCES, RES_CORES, RES_GPU, RES_MEM, RES_MEM_PCT
 from hami_place_core.targets import TargetError, TargetSpec, parse_targets
 
-# The vendor a pin is written for (NVIDIA today): its UUID selector and its resources.
+# The vendor a pin is written for (NVIDIA today): its UUID selector; its resources as requests.py reads them.
 _VENDOR = default_kind()
 _USE_UUID = _VENDOR.use_uuid
-_RES_GPU = _VENDOR.resource_count
-_RES_MEM = _VENDOR.resource_memory
-_RES_MEM_PCT = _VENDOR.resource_memory_percentage
-_RES_CORES = _VENDOR.resource_cores
 
 GROUP = "scheduling.hami.placement.com"
 VERSION = "v1"
@@ -331,7 +328,7 @@ def _gpu_containers(spec: Mapping[str, Any]) -> list[int]:
     for i, c in enumerate(spec.get("containers") or ()):
         res = c.get("resources") or {}
         names = set(res.get("limits") or {}) | set(res.get("requests") or {})
-        if names & set(_VENDOR.resources):
+        if names & set(HAMI_RESOURCES):
             found.append(i)
     return found or [0]
 
@@ -385,9 +382,9 @@ def pin_patch(
         # gpu-N keeps the pod's own memory/cores request; gpu-N/P replaces it with P%.
         new_limits = {**limits, **wanted_res}
         if targets.percent is not None:
-            new_limits.pop(_RES_MEM, None)
-        new_requests = {k: v for k, v in requests.items() if k not in (_RES_GPU, _RES_MEM, _RES_MEM_PCT, _RES_CORES)}
-        new_requests.update({k: v for k, v in new_limits.items() if k in (_RES_GPU, _RES_MEM_PCT, _RES_CORES)})
+            new_limits.pop(RES_MEM, None)
+        new_requests = {k: v for k, v in requests.items() if k not in (RES_GPU, RES_MEM, RES_MEM_PCT, RES_CORES)}
+        new_requests.update({k: v for k, v in new_limits.items() if k in (RES_GPU, RES_MEM_PCT, RES_CORES)})
         if new_limits != limits or new_requests != requests:
             ops.append(
                 {
