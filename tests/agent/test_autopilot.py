@@ -646,7 +646,7 @@ def test_a_forged_in_flight_evicts_nothing(pilot: AgentSet, pool: dict[str, Any]
     reqID the autopilot itself would derive. On a DryRun policy that selects another namespace,
     and on an Apply policy that selects the victim's (idle: its trigger does not fire), the
     autopilot creates no placement, evicts nothing, and says why (Event IntentRefused)."""
-    from agent.autopilot import move_placement_name
+    from agent.move_placements import move_placement_name
 
     api, victim = pool["api"], pool["ns"]
     core = client.CoreV1Api(api)

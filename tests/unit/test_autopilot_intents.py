@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.autopilot import intent_refusal, move_placement_name
+from agent.autopilot import intent_refusal
 from agent.intents import SIGNATURE, IntentKeyError, IntentSigner
+from agent.move_placements import move_placement_name
 from hami_place_core.defrag_policy import parse_policy
 from hami_place_core.policy_status import InFlight
 

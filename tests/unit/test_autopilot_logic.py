@@ -7,8 +7,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from agent.autopilot import _record_result, create_retry_open, move_placement_name
+from agent.autopilot import _record_result
 from agent.autopilot_plan import decide, surge_leaving, whole_free_gpus
+from agent.move_placements import create_retry_open, move_placement_name
 from agent.policy_writer import with_state as _with
 from hami_place_core.defrag_policy import parse_policy
 from hami_place_core.policy_status import InFlight, PolicyStatus
