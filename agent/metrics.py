@@ -9,6 +9,7 @@ queries only these names (tests/chart/test_dashboard.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -16,6 +17,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from hami_place_core import capacity
+from hami_place_core.pending import pending_gpu_pods
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
@@ -128,6 +132,11 @@ AUTOPILOT_PLAN_MOVES = Gauge(
 )
 
 
+# The demand's shapes a scrape reports (the most wanted first): each is a label value, and a
+# cluster whose pending pods ask for many odd shares must not flood the time series.
+MAX_DEMAND_SHAPES = 16
+
+
 class ClusterCollector:
     """The cluster's figures from the agent's watch cache, computed at scrape time (at most once
     per `min_interval` seconds: a scrape of a 5,000-node cluster must not cost a planner run)."""
@@ -171,6 +180,27 @@ class ClusterCollector:
                 ("hami_place_gpus", "GPUs registered by HAMi, per node pool."),
             )
         ]
+        capacity = [
+            GaugeMetricFamily(name, text, labels=labels)
+            for name, text, labels in (
+                (
+                    "hami_place_nodes_free",
+                    "Completely free GPU nodes (every GPU healthy, uncordoned and unused), per node pool.",
+                    ["pool"],
+                ),
+                (
+                    "hami_place_demand_room_pods",
+                    "Pods of each shape of the demand that fit at once, per node pool (shape: GPUs per pod, "
+                    "and the share of each when it is not a whole GPU).",
+                    ["pool", "shape"],
+                ),
+                (
+                    "hami_place_demand_pods",
+                    "Pods of each shape the demand asks for: the pending GPU pods, else the running mix (source).",
+                    ["shape", "source"],
+                ),
+            )
+        ]
         if self.cache is not None:
             counted = Tally(str(p.phase) for p in self.cache.all_placements())
             for phase in hp.Phase:
@@ -181,7 +211,27 @@ class ClusterCollector:
                 for pool, row in self._pools().items():
                     for family, value in zip(pools, row, strict=True):
                         family.add_metric([pool], value)
-        return [phases, lists, *pools]
+                self._capacity(*capacity)
+        return [phases, lists, *pools, *capacity]
+
+    def _pool_of(self, node: Any) -> str:
+        return (node.labels.get(self.pool_label, "") or "none") if self.pool_label else "all"
+
+    def _capacity(self, free: GaugeMetricFamily, room: GaugeMetricFamily, wanted: GaugeMetricFamily) -> None:
+        """Free nodes and the demand's room (hami_place_core/capacity.py) per pool."""
+        state = self.cache.state
+        now = dt.datetime.now(dt.UTC)
+        waiting = [p.pod for p in pending_gpu_pods(self.cache.pods_by_key().values(), now, 0)]
+        demand = capacity.choose_demand(state, waiting)
+        items = demand.items[:MAX_DEMAND_SHAPES]
+        shown = capacity.Demand(items, demand.source)
+        found = capacity.room(state, shown, group_of=self._pool_of)
+        for pool, (free_nodes, _, pods) in sorted(found.groups.items()):
+            free.add_metric([pool], free_nodes)
+            for item, n in zip(items, pods, strict=True):
+                room.add_metric([pool, item.shape], n)
+        for item in items:
+            wanted.add_metric([item.shape, shown.source], item.count)
 
     def _pools(self) -> dict[str, tuple[float, float, float, float]]:
         from hami_place_core.fragmentation import cluster_metrics, mix_from_state

@@ -27,11 +27,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import GpuUsage, add_usage, gpu_fit_reason
-from hami_place_core.node_resources import Resources
-from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest
+from hami_place_core.node_resources import Resources, pod_requests
+from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.state import ClusterState, NodeState
 
 # A GPU that holds more copies of one request than this is counted as holding this many: a
@@ -57,12 +58,17 @@ class DemandItem:
     node_request: Resources | None = None  # CPU, memory and a pod slot, when known
 
     @property
-    def label(self) -> str:
-        """`8x2`: two pods of 8 GPUs; a shared request names its share (`1x3 (mem 30%, cores 0%)`)."""
-        shape = f"{self.gpus}x{self.count}"
+    def shape(self) -> str:
+        """`8`: a pod of 8 whole GPUs; a shared request names its share (`1 (mem 30%, cores 30%)`)."""
         if (self.request.mem_percentage, self.request.coresreq) == (100, 100) and not self.request.memreq:
-            return shape
-        return f"{shape} {self.request.describe().partition('x')[2]}"
+            return str(self.gpus)
+        return f"{self.gpus} {self.request.describe().partition('x')[2]}"
+
+    @property
+    def label(self) -> str:
+        """`8x2`: two pods of 8 GPUs (`1x3 (mem 30%, cores 30%)` for three shared ones)."""
+        k, _, share = self.shape.partition(" ")
+        return f"{k}x{self.count}" + (f" {share}" if share else "")
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,13 @@ def demand_of(requests: Iterable[DemandItem | None], source: str) -> Demand | No
     return Demand(tuple(items), source)
 
 
+def pending_demand(pods: Iterable[Mapping[str, Any]]) -> Demand | None:
+    """What waits: the shapes of these pending GPU pods (their GPU request and type selectors as
+    HAMi's webhook left them, and what they ask of a node), counted; None if none asks for a GPU."""
+    # As pending.py reads them (webhook=True): the request HAMi's admission makes of the pod.
+    return demand_of((item_of(pod_request(p, webhook=True), pod_requests(p)) for p in pods), "pending pods")
+
+
 def running_demand(state: ClusterState) -> Demand | None:
     """The running mix as whole-GPU shapes: one per GPU count k the running pods use, with how
     many pods use it. Shares are left out on purpose: a pod of k shares is placed wherever k GPUs
@@ -125,6 +138,17 @@ def running_demand(state: ClusterState) -> Demand | None:
     return Demand(
         tuple(DemandItem(gpus=k, count=n) for k, n in sorted(counts.items(), reverse=True)), "the running mix"
     )
+
+
+NOTHING = Demand((DemandItem(gpus=1, count=0),), "no GPU pods")
+
+
+def choose_demand(
+    state: ClusterState, pending: Iterable[Mapping[str, Any]] = (), given: Demand | None = None
+) -> Demand:
+    """The demand to plan and report for: the one given (``--demand``, asked for by name), else
+    what waits, else the running mix, else room for one whole GPU."""
+    return given or pending_demand(pending) or running_demand(state) or NOTHING
 
 
 # ---- room ---------------------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ def test_metrics_port_serves_cluster_gauges_and_nothing_else(agents: AgentSet, a
         'hami_place_placements{phase="Pending"}',
         'hami_place_placements{phase="ScalingUp"}',
         'hami_place_gpus{pool="all"}',
+        'hami_place_nodes_free{pool="all"}',
+        "# TYPE hami_place_demand_room_pods gauge",
+        "# TYPE hami_place_demand_pods gauge",
         'hami_place_cache_lists_total{resource="pods"}',
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
@@ -50,6 +53,14 @@ def test_metrics_port_serves_cluster_gauges_and_nothing_else(agents: AgentSet, a
         assert line in text, line
     gpus = next(float(x.split()[-1]) for x in text.splitlines() if x.startswith('hami_place_gpus{pool="all"}'))
     assert gpus >= sum(n.gpus for n in testbed.nodes)  # the test bed's base nodes at least
+    # The demand's room: every shape of the demand has a room figure in the pool and a wanted figure.
+    wanted = [x for x in text.splitlines() if x.startswith("hami_place_demand_pods{")]
+    room = [x for x in text.splitlines() if x.startswith('hami_place_demand_room_pods{pool="all"')]
+    assert wanted and len(room) == len(wanted), (wanted, room)
+    free_nodes = next(
+        float(x.split()[-1]) for x in text.splitlines() if x.startswith('hami_place_nodes_free{pool="all"}')
+    )
+    assert 0 <= free_nodes <= len(testbed.nodes) + 100
     assert plain(port, "/healthz")[0] == 200 and plain(port, "/readyz")[0] == 200
     code, body = plain(port, "/api/v1/cluster-info")
     assert code == 404 and "not served on the metrics port" in json.loads(body)["message"]

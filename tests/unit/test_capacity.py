@@ -153,3 +153,26 @@ def test_pending_pods_make_a_demand_of_their_own_shapes_counted() -> None:
         ("1x2 (mem 30%, cores 30%)", Resources(cpu=1000, pods=1)),
     ]
     assert cap.demand_of([None], "pending pods") is None
+
+
+def test_pending_pods_are_read_from_their_manifests() -> None:
+    waiting = [pod(f"w{i}", "", (0, 1), 100) for i in range(3)] + [pod("s", "", (0,), 30)]
+    for p in waiting:
+        p["spec"].pop("nodeName", None)
+        p["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "2", "memory": "1Gi"}
+    d = cap.pending_demand(waiting)
+    assert d is not None and [(i.gpus, i.count) for i in d.items] == [(2, 3), (1, 1)]
+    assert d.items[0].node_request == Resources(cpu=2000, memory=1 << 30, pods=1)
+    assert cap.pending_demand([{"metadata": {"name": "cpu-only"}, "spec": {"containers": [{}]}}]) is None
+
+
+def test_the_demand_is_the_one_given_else_what_waits_else_what_runs_else_one_gpu() -> None:
+    running = _state([node("n", n=4)], [pod("a", "n", (0, 1), 100)])
+    waiting = pod("w", "", (0, 1, 2, 3), 100)
+    waiting["spec"].pop("nodeName", None)
+    given = cap.parse_demand("8x1")
+    assert cap.choose_demand(running, [waiting], given) is given
+    assert cap.choose_demand(running, [waiting]).source == "pending pods"
+    assert [i.gpus for i in cap.choose_demand(running, [waiting]).items] == [4]
+    assert cap.choose_demand(running).source == "the running mix"
+    assert cap.choose_demand(_state([node("n", n=4)])) is cap.NOTHING
