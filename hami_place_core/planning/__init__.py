@@ -7,6 +7,8 @@ are exported here too. docs/planner.md describes the algorithm.
 
 Layers, top to bottom; each module imports only modules below it (import-linter enforces it):
 
+- ``gang_room``: ``make_room_for_gang()``, room for every member of a gang at once, member by
+  member over the one-pod search, each member's room reserved for it;
 - ``room``: ``make_room()``, the fewest moves after which one pending pod fits, and its request
   (from a pod or a ``--for-request`` string): a package of its own (request, result, explain, search);
 - ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;
