@@ -12,6 +12,8 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``room``: ``make_room()``, the fewest moves after which one pending pod fits, and its request
   (from a pod or a ``--for-request`` string): a package of its own (request, result, explain, search);
 - ``planner``: ``plan()``, the objective's strategy, then the exact planner where it applies;
+- ``demand``: the demand objective: the free-gpus greedy with completely free nodes protected, then
+  without, and the best prefix that leaves the demand no less room than it found;
 - ``exact``: the exact planner for small clusters: solve, order, prune;
 - ``exact_model``: its MILP over where every movable pod ends;
 - ``strategies``: the greedy planner's objectives (free-gpus, fragmentation) as passes in order;
@@ -28,6 +30,8 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``milp_bounds``: the bound that counts node room, and the exact optimum of small states;
 - ``bounds``: upper bounds on what any plan frees, blind to node room (L2, cutting stock);
 - ``highs``: helpers for the HiGHS models;
+- ``prefix``: a plan's prefixes measured by an objective (free GPUs, FGD, the demand's room), the
+  best one within a limit;
 - ``model``: options, moves, plans, and their replay and check on a state;
 - ``constraints``: which nodes kube-scheduler accepts a pod's replacement on, which pods may move.
 """

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hami_place_core.annotations import GpuDevice
+from hami_place_core.capacity import Demand, Room
 from hami_place_core.fit import GpuUsage, fit_pod
 from hami_place_core.fragmentation import ClusterMetrics, WorkloadMix
 from hami_place_core.planning.constraints import (
@@ -26,8 +27,8 @@ from hami_place_core.state import ClusterState, NodeState, PodAllocation, add_po
 
 Solver = Literal["auto", "greedy", "exact"]
 SOLVERS: tuple[Solver, ...] = ("auto", "greedy", "exact")
-Objective = Literal["free-gpus", "fragmentation"]
-OBJECTIVES: tuple[Objective, ...] = ("free-gpus", "fragmentation")
+Objective = Literal["free-gpus", "fragmentation", "demand"]
+OBJECTIVES: tuple[Objective, ...] = ("free-gpus", "fragmentation", "demand")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class PlanOptions:
     # free-gpus: "auto" adds the exact planner (a MILP, planning.exact) where HiGHS is installed and
     # the state is small enough; "exact" requires it; "greedy" never runs it.
     solver: Solver = "auto"
+    # What waits (pod shapes and how many): the demand objective plans for it, and every plan
+    # reports its room before and after. None: the running mix (capacity.running_demand).
+    demand: Demand | None = None
 
     def limit_of(self, workload: str) -> int:
         return self.workload_limits.get(workload, self.max_moves_per_workload)
@@ -132,6 +136,10 @@ class Plan:
     seconds: float
     solver: str = "greedy"  # which planner's moves these are: "greedy" or "exact"
     solver_note: str = ""  # why (the exact planner's outcome, when it ran)
+    # The demand's room (free nodes, pods of each shape that fit at once) before and after.
+    demand: Demand | None = None
+    room_before: Room | None = None
+    room_after: Room | None = None
 
     @property
     def gpus_freed(self) -> int:
@@ -169,7 +177,19 @@ class Plan:
             "immovablePods": dict(self.immovable),
             "solver": self.solver,
             "solverNote": self.solver_note,
+            **self._demand_dict(),
             "seconds": round(self.seconds, 3),
+        }
+
+    def _demand_dict(self) -> dict[str, Any]:
+        if self.demand is None or self.room_before is None or self.room_after is None:
+            return {}
+        return {
+            "demand": {
+                "source": self.demand.source,
+                "before": self.room_before.as_dict(self.demand),
+                "after": self.room_after.as_dict(self.demand),
+            }
         }
 
 
@@ -208,12 +228,17 @@ def apply_moves(state: ClusterState, moves: Iterable[Move]) -> ClusterState:
     """A copy of `state` with the moves applied (no checks: see :func:`check_moves`)."""
     out = copy_state(state)
     for m in moves:
-        alloc = remove_pod(out, m.pod)
-        if alloc is None:
-            raise ValueError(f"pod {m.pod} is not in the state")
-        add_pod(out, moved_allocation(alloc, out.nodes[m.to_node], m.to_gpus))
-        _move_requests(out, m.pod, m.to_node)
+        apply_move(out, m)
     return out
+
+
+def apply_move(state: ClusterState, m: Move) -> None:
+    """Make one move in `state` itself: the pod's GPU shares and its CPU, memory and slot move."""
+    alloc = remove_pod(state, m.pod)
+    if alloc is None:
+        raise ValueError(f"pod {m.pod} is not in the state")
+    add_pod(state, moved_allocation(alloc, state.nodes[m.to_node], m.to_gpus))
+    _move_requests(state, m.pod, m.to_node)
 
 
 def _move_requests(state: ClusterState, key: str, node: str) -> None:

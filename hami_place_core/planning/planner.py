@@ -5,11 +5,14 @@ state before and after the plan.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from hami_place_core.fragmentation import cluster_metrics, mix_from_state
+from hami_place_core import capacity
+from hami_place_core.fragmentation import WorkloadMix, cluster_metrics, mix_from_state
 from hami_place_core.planning import exact as exact_planner
 from hami_place_core.planning.constraints import replacement_state
+from hami_place_core.planning.demand import demand_moves
 from hami_place_core.planning.engine import Engine
 from hami_place_core.planning.model import (
     OBJECTIVES,
@@ -20,36 +23,38 @@ from hami_place_core.planning.model import (
     PlanOptions,
     apply_moves,
 )
+from hami_place_core.planning.prefix import best_prefix, fgd_measure, free_gpus_measure, prefix_totals
 from hami_place_core.planning.strategies import fragmentation, free_gpus
 from hami_place_core.state import ClusterState
 
 
 def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
-    """An ordered, valid list of moves for `options.objective`, with the metrics before and after.
+    """An ordered, valid list of moves for `options.objective`, with the metrics and the demand's
+    room before and after.
 
-    `state` is not modified. Deterministic: the same state and options give the same plan.
+    `state` is not modified. Deterministic: the same state and options give the same plan. With
+    ``max_moves`` N the plan is never worse, by the objective's own measure, than the first N moves
+    of the plan without the limit (every prefix of a plan is a valid plan).
     """
     options = options or PlanOptions()
     if options.objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {options.objective!r}")
     if options.max_moves is not None and options.max_moves < 0:
         raise ValueError("max_moves must be >= 0")
-    started = time.perf_counter()
-    mix = options.mix or mix_from_state(state)
     if options.solver not in SOLVERS:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {options.solver!r}")
+    started = time.perf_counter()
+    mix = options.mix or mix_from_state(state)
+    demand = options.demand or capacity.running_demand(state) or capacity.NOTHING
     base = replacement_state(state)
-    engine = Engine(base, options)
-    solver, note = "greedy", ""
-    if options.objective == "free-gpus":
-        moves = tuple(free_gpus(engine, options, mix))
-        if options.solver != "greedy":
-            moves, solver, note = _exact(base, engine, options, moves)
-    else:
-        moves = tuple(fragmentation(engine, options, mix))
+    found = _solve(base, options, mix, demand)
+    if options.max_moves is not None and options.objective != "demand":
+        found = _no_worse_than_a_prefix(base, options, mix, demand, found)
+    moves, engine, solver, note = found
     before = cluster_metrics(state, mix)
     touched = {n for m in moves for n in (m.from_node, m.to_node)}
-    after = cluster_metrics(apply_moves(state, moves), mix, same=before, changed=touched)
+    after_state = apply_moves(state, moves)
+    after = cluster_metrics(after_state, mix, same=before, changed=touched)
     return Plan(
         objective=options.objective,
         moves=moves,
@@ -59,7 +64,46 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         seconds=time.perf_counter() - started,
         solver=solver,
         solver_note=note,
+        demand=demand,
+        room_before=capacity.room(state, demand),
+        room_after=capacity.room(after_state, demand),
     )
+
+
+Found = tuple[tuple[Move, ...], Engine, str, str]  # moves, the engine that planned them, solver, note
+
+
+def _solve(base: ClusterState, options: PlanOptions, mix: WorkloadMix, demand: capacity.Demand) -> Found:
+    """The objective's moves on the replacement state `base`."""
+    if options.objective == "demand":
+        moves, engine = demand_moves(base, options, mix, demand)
+        return moves, engine, "greedy", ""
+    engine = Engine(base, options)
+    if options.objective == "fragmentation":
+        return tuple(fragmentation(engine, options, mix)), engine, "greedy", ""
+    moves = tuple(free_gpus(engine, options, mix))
+    if options.solver == "greedy":
+        return moves, engine, "greedy", ""
+    moves, solver, note = _exact(base, engine, options, moves)
+    return moves, engine, solver, note
+
+
+def _no_worse_than_a_prefix(
+    base: ClusterState, options: PlanOptions, mix: WorkloadMix, demand: capacity.Demand, limited: Found
+) -> Found:
+    """The limited plan, or the best prefix of at most max_moves moves of the unlimited plan when
+    that prefix does better by the objective's measure (the greedy with a budget can spend it on
+    moves the unlimited plan would have made later)."""
+    unlimited = _solve(base, dataclasses.replace(options, max_moves=None), mix, demand)
+    measure = free_gpus_measure() if options.objective == "free-gpus" else fgd_measure(mix)
+    keep = best_prefix(base, unlimited[0], measure, limit=options.max_moves)
+    ours = prefix_totals(base, limited[0], measure)
+    theirs = prefix_totals(base, unlimited[0][:keep], measure)
+    if measure.key(theirs[-1], theirs[0]) <= measure.key(ours[-1], ours[0]):
+        return limited
+    moves, engine, solver, note = unlimited
+    why = f"the first {keep} moves of the plan without --max-moves do better than a plan of {options.max_moves}"
+    return moves[:keep], engine, solver, f"{note}; {why}" if note else why
 
 
 # The start of the note of a plan whose exact stage did not run for the state's size.

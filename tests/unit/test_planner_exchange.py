@@ -75,11 +75,23 @@ def _only_zone(zone: str) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-def test_no_carry_under_max_moves_within_one_move_per_gpu_or_for_a_fixed_pod() -> None:
+def test_no_carry_within_one_move_per_gpu_or_for_a_fixed_pod() -> None:
     s = _case()
     assert plan(s, PlanOptions(max_moves_per_gpu=1, solver="greedy")).moves == ()
-    assert plan(s, PlanOptions(max_moves=10, solver="greedy")).moves == ()
     assert plan(_case(w_owner=None), PlanOptions(solver="greedy")).moves == ()
+
+
+def test_under_max_moves_the_carry_comes_with_the_prefix_rule() -> None:
+    # The greedy makes no carry under a move budget (half a carry is a pure cost), but a budget
+    # of N never does worse than the first N moves of the unlimited plan (issue 36): with 10, the
+    # unlimited plan's two moves; with 1, its first move alone (the carry: one GPU freed, one
+    # taken) is no better than nothing.
+    s = _case()
+    unlimited = plan(s, PlanOptions(solver="greedy"))
+    limited = plan(s, PlanOptions(max_moves=10, solver="greedy"))
+    assert limited.moves == unlimited.moves and limited.gpus_freed == 1
+    assert "the first 2 moves of the plan without --max-moves do better" in limited.solver_note
+    assert plan(s, PlanOptions(max_moves=1, solver="greedy")).moves == ()
 
 
 def test_no_carry_that_would_spend_a_siblings_disruption_budget() -> None:
