@@ -411,6 +411,8 @@ def _plan_view(d: Decision, now: dt.datetime) -> dict[str, Any]:
         view["gpus"] = [f"gpu-{i}" for i in d.gpus]
     else:
         view["gpusFreed"] = d.gpus_freed
+    if d.room is not None:
+        view["room"] = dict(d.room)
     return view
 
 

@@ -132,11 +132,6 @@ AUTOPILOT_PLAN_MOVES = Gauge(
 )
 
 
-# The demand's shapes a scrape reports (the most wanted first): each is a label value, and a
-# cluster whose pending pods ask for many odd shares must not flood the time series.
-MAX_DEMAND_SHAPES = 16
-
-
 class ClusterCollector:
     """The cluster's figures from the agent's watch cache, computed at scrape time (at most once
     per `min_interval` seconds: a scrape of a 5,000-node cluster must not cost a planner run)."""
@@ -223,7 +218,9 @@ class ClusterCollector:
         now = dt.datetime.now(dt.UTC)
         waiting = [p.pod for p in pending_gpu_pods(self.cache.pods_by_key().values(), now, 0)]
         demand = capacity.choose_demand(state, waiting)
-        items = demand.items[:MAX_DEMAND_SHAPES]
+        # Each shape is a label value: a cluster whose pending pods ask for many odd shares must
+        # not flood the time series.
+        items = demand.items[: capacity.MAX_SHAPES_SHOWN]
         shown = capacity.Demand(items, demand.source)
         found = capacity.room(state, shown, group_of=self._pool_of)
         for pool, (free_nodes, _, pods) in sorted(found.groups.items()):

@@ -269,3 +269,16 @@ def room(
         pods=tuple(pods),
         groups={g: (r[0], r[1], tuple(r[2:])) for g, r in groups.items()},
     )
+
+
+MAX_SHAPES_SHOWN = 16  # a status or a metric shows at most this many shapes of a demand
+
+
+def change_view(demand: Demand, before: Room, after: Room) -> dict[str, Any]:
+    """The demand's room before and after a plan, compact (a policy's status.plan.room)."""
+    shown = list(zip(demand.items, before.pods, after.pods, strict=True))[:MAX_SHAPES_SHOWN]
+    return {
+        "source": demand.source,
+        "freeNodes": {"before": before.free_nodes, "after": after.free_nodes},
+        "pods": [{"shape": i.shape, "wanted": i.count, "before": b, "after": a} for i, b, a in shown],
+    }

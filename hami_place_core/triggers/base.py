@@ -29,6 +29,7 @@ class Decision:
     gpus: tuple[int, ...] = ()
     gpus_freed: int = 0
     blocked: str = ""  # why a trigger fired but no plan can be run
+    room: Mapping[str, Any] | None = None  # the demand's room before and after (capacity.change_view)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property

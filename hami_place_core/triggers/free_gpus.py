@@ -7,9 +7,12 @@ of a plan is a valid plan); it fires but is blocked when no such prefix frees a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from hami_place_core.planning import plan
+from hami_place_core import capacity
+from hami_place_core.planning import Plan, apply_moves, plan
 from hami_place_core.planning.bounds import counted_gpus
+from hami_place_core.planning.model import Move
 from hami_place_core.policy_fields import PolicyError, integer, mapping
 from hami_place_core.state import ClusterState
 from hami_place_core.triggers.base import Decision, TriggerContext, node_budget
@@ -45,7 +48,15 @@ class Trigger:
         if not moves or freed <= 0:
             return Decision(trigger, blocked="no moves within the budgets free a whole GPU")
         notes = (f"cut at movesPerNode {per_node} on node {node}",) if node else ()
-        return Decision(trigger, moves, gpus_freed=freed, notes=notes)
+        return Decision(trigger, moves, gpus_freed=freed, notes=notes, room=_room(ctx.state, p, moves))
+
+
+def _room(state: ClusterState, p: Plan, moves: tuple[Move, ...]) -> dict[str, Any] | None:
+    """The demand's room before and after the moves that will run (the plan's own, or a prefix)."""
+    if p.demand is None or p.room_before is None or p.room_after is None:
+        return None
+    after = p.room_after if len(moves) == len(p.moves) else capacity.room(apply_moves(state, moves), p.demand)
+    return capacity.change_view(p.demand, p.room_before, after)
 
 
 def whole_free_gpus(state: ClusterState) -> int:

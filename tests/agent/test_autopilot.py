@@ -192,6 +192,10 @@ def test_dry_run_records_the_plan_and_apply_executes_it(pool: dict[str, Any]) ->
     plan = st["plan"]
     assert st["trigger"] == "1 whole GPUs free (below 3)"
     assert plan["gpusFreed"] == 2 and len(plan["moves"]) == 2, plan
+    # The demand's room before and after (issue 36): the status says it, as the plan does.
+    room = plan["room"]
+    assert room["source"] == "the running mix" and room["pods"], room
+    assert room["pods"][0]["after"] >= room["pods"][0]["before"], room
     assert all(m["to"].startswith(node.name + "/") for m in plan["moves"])
     assert "DryRun" in st["message"] and st["conditions"][0]["status"] == "True"
     wait_for("the Planned event", lambda: [e for e in policy_events(api, "pack") if e.reason == "Planned"], 30)

@@ -56,6 +56,19 @@ def test_free_gpu_trigger_plans_the_moves_that_free_gpus() -> None:
     d = decide(policy(), state, pods, {}, ["kube-system"], NOW)
     assert d.trigger == "1 whole GPUs free (below 3)" and not d.blocked
     assert len(d.moves) == 2 and d.gpus_freed == 2
+    # The status shows the demand's room (the running mix: 1-GPU pods) before and after.
+    assert d.room == {
+        "source": "the running mix",
+        "freeNodes": {"before": 0, "after": 0},
+        "pods": [{"shape": "1", "wanted": 3, "before": 1, "after": 3}],
+    }
+
+
+def test_a_plan_cut_by_moves_per_node_reports_the_room_of_the_moves_that_run() -> None:
+    state, pods = scattered()
+    d = decide(policy(budgets={"movesPerNode": 1}), state, pods, {}, ["kube-system"], NOW)
+    assert (len(d.moves), d.gpus_freed, d.notes) == (1, 1, ("cut at movesPerNode 1 on node n0",))
+    assert d.room is not None and d.room["pods"] == [{"shape": "1", "wanted": 3, "before": 1, "after": 2}]
 
 
 def test_no_trigger_no_plan() -> None:
