@@ -3,8 +3,12 @@ compute, and every change (a pod given a new place) applied and undone in consta
 
 The engine holds the *final* place of every pod: a pod away from its original GPUs is a move. The
 searches over it live in the modules above: :mod:`~hami_place_core.planning.targets` (best fit),
-:mod:`~hami_place_core.planning.evacuation` (emptying a GPU, ejection chains) and
-:mod:`~hami_place_core.planning.ordering` (the moves in an order where each one is valid).
+:mod:`~hami_place_core.planning.evacuation` (emptying a GPU, ejection chains),
+:mod:`~hami_place_core.planning.ordering` (the moves in an order where each one is valid) and the
+passes and searches over them. They read the engine's arrays directly (their inner loops would pay
+for a call per element) but change the engine only through its verbs (apply and undo a move, seed
+an empty GPU, allow reroutes, take an evacuation back, remember a failed search...): no other
+module writes its attributes, as a unit test (tests/unit/test_engine_verbs.py) checks.
 """
 
 from __future__ import annotations
@@ -460,3 +464,78 @@ class Engine:
                     self._index(g)
         self.p_event[:] = events
         self.changed()
+
+    # -- the verbs of the searches above: every change they make to the engine goes through one --
+    def seed(self, g: int) -> None:
+        """Offer empty GPU g as a target like a GPU in use (the planner otherwise keeps pods off
+        empty GPUs: its objective is whole free GPUs)."""
+        self.g_seed[g] = True
+        self.reindex(g)
+
+    def unseed(self, g: int, reindex: bool = True) -> None:
+        """Withdraw the offer of GPU g; without `reindex` the caller reindexes it later (after
+        taking back the moves onto it, which reindex it as they go)."""
+        self.g_seed[g] = False
+        if reindex:
+            self.reindex(g)
+
+    def allow_reroutes(self, allowed: bool = True) -> None:
+        """Pods already moved may (or may no longer) be given another place at no extra move."""
+        self.reroute = allowed
+
+    def limit_scans(self, more: int) -> None:
+        """The ejection scans stop (between evacuations) once they have looked at `more` GPUs
+        beyond those looked at so far."""
+        self.scan_limit = self.scanned + more
+
+    def count_scans(self, n: int) -> None:
+        """An evacuation's ejection scans looked at `n` GPUs (counted in a batch: one call per
+        evacuation, not one per GPU scanned)."""
+        self.scanned += n
+
+    def emptied(self, g: int) -> None:
+        """An evacuation emptied GPU g (its moves applied)."""
+        self.evacuated.append(g)
+
+    def take_back(self, records: list[Record], emptied_since: int | None = None) -> None:
+        """Undo `records` (in reverse) and forget the GPUs they emptied: the last one, or all
+        those emptied since `len(evacuated)` was `emptied_since`."""
+        self.rollback(records)
+        if emptied_since is None:
+            self.evacuated.pop()
+        else:
+            del self.evacuated[emptied_since:]
+
+    def give_reason(self, p: int, why: str) -> None:
+        """Why pod p moves (shown with its move)."""
+        self.p_reason[p] = why
+
+    def drop_reason(self, p: int) -> None:
+        self.p_reason.pop(p, None)
+
+    def drop_reasons(self) -> None:
+        self.p_reason.clear()
+
+    def remember_gpu_kind(self, g: int, kind: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Cache evacuation.kind_of(g) until GPU g's pods change (_shift forgets it)."""
+        self.g_kind[g] = kind
+        return kind
+
+    def remember_pod_kind(self, p: int, kind: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Cache targets.kind_of_pod(p): it never changes."""
+        self.p_kind[p] = kind
+        return kind
+
+    def remember_miss(self, key: tuple[Any, ...], left_out: frozenset[int]) -> None:
+        """A best-fit search for `key` (a kind of pod, its node, the state's name) failed with the
+        GPUs `left_out` excluded (targets.direct_target), until the state changes."""
+        self.misses[key] = left_out
+
+    def remember_ejections(self, key: tuple[Any, ...], groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The ejection sets of a GPU for a kind of pod (evacuation.ejections), until the state changes."""
+        self.known_ejections[key] = groups
+        return groups
+
+    def tighten_room(self, level: int, front: list[tuple[int, int]]) -> None:
+        """The node room of free-compute `level`, exact after a scan of every GPU there."""
+        self.level_room[level] = front

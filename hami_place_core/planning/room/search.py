@@ -62,9 +62,8 @@ class Search:
         # objective is whole free GPUs; here a pod moved to an empty GPU elsewhere is one move).
         for g in range(len(e.g_dev)):
             if e.g_counts[g] and e.g_use[g].used == 0:
-                e.g_seed[g] = True
-                e.reindex(g)
-        e.reroute = True  # a pod already moving may be given another place at no extra move
+                e.seed(g)
+        e.allow_reroutes()  # a pod already moving may be given another place at no extra move
         self.refusals: Counter[str] = Counter()
         self.usable: dict[str, list[int]] = {}  # eligible node -> GPUs Fit could ever give the pod
         for name in sorted(e.state.nodes):
@@ -220,9 +219,9 @@ class Search:
             why = f"make room for {self.request.name} on {cand.node}"
             for p in range(len(e.p_alloc)):
                 if e.moved(p):
-                    e.p_reason[p] = why
+                    e.give_reason(p, why)
             moves = sequence(e) if e.moves_made else []
-            e.p_reason.clear()
+            e.drop_reasons()
             if moves is None:
                 return None
             compute = sum(self._compute(p) for p in range(len(e.p_alloc)) if e.moved(p))
