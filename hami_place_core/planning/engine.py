@@ -9,6 +9,9 @@ passes and searches over them. They read the engine's arrays directly (their inn
 for a call per element) but change the engine only through its verbs (apply and undo a move, seed
 an empty GPU, allow reroutes, take an evacuation back, remember a failed search...): no other
 module writes its attributes, as a unit test (tests/unit/test_engine_verbs.py) checks.
+
+It is two classes, split by what they do: :class:`EngineArrays`, the arrays as built from a state
+and their best-fit index, and :class:`Engine`, the questions asked of them and the verbs.
 """
 
 from __future__ import annotations
@@ -36,12 +39,32 @@ Record = tuple[int, tuple[int, ...], list[int], int]  # undo: pod, GPUs before, 
 Step = tuple[int, tuple[int, ...]]  # pod, target GPUs
 
 
-class Engine:
-    """GPUs (``g_*``, by gid: nodes by name, each node's devices in order) and pods (``p_*``, by pid:
-    pods by key) as parallel arrays, indexed for best fit.
+def why_immovable(
+    state: ClusterState,
+    options: PlanOptions,
+    alloc: PodAllocation,
+    gids: tuple[int, ...],
+    workload: str | None,
+) -> str | None:
+    """Why a pod on GPUs `gids` stays where it is (None: it may move)."""
+    why = options.kept_pods.get(alloc.key) or immovable_reason(alloc, options.excluded_namespaces, state.problems)
+    if why is None and len(gids) != len(alloc.per_gpu):
+        why = "its allocation names a GPU its node does not register"
+    if (
+        why is None
+        and workload is not None
+        and options.workload_moves_used.get(workload, 0) >= options.limit_of(workload)
+    ):
+        why = "its workload has used its disruption budget"
+    return why
 
-    Moves are put in an order that keeps every step valid by
-    :func:`~hami_place_core.planning.ordering.sequence` at the end.
+
+class EngineArrays:
+    """GPUs (``g_*``, by gid: nodes by name, each node's devices in order) and pods (``p_*``, by pid:
+    pods by key) as parallel arrays, indexed for best fit: built from a state, and the index kept.
+
+    The searches read these arrays directly (the hot loops would pay for a method call per
+    element) and change them only through :class:`Engine`'s verbs.
     """
 
     # -- GPUs --
@@ -122,31 +145,12 @@ class Engine:
             workload = (
                 f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind is not None else None
             )
-            why = self._why_immovable(state, options, alloc, gids, workload)
+            why = why_immovable(state, options, alloc, gids, workload)
             if why is not None:
                 head = why.split(":")[0]
                 reasons[head] = reasons.get(head, 0) + 1
             self._add_pod(alloc, gids, workload, why is None)
         self.immovable = tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    @staticmethod
-    def _why_immovable(
-        state: ClusterState,
-        options: PlanOptions,
-        alloc: PodAllocation,
-        gids: tuple[int, ...],
-        workload: str | None,
-    ) -> str | None:
-        why = options.kept_pods.get(alloc.key) or immovable_reason(alloc, options.excluded_namespaces, state.problems)
-        if why is None and len(gids) != len(alloc.per_gpu):
-            why = "its allocation names a GPU its node does not register"
-        if (
-            why is None
-            and workload is not None
-            and options.workload_moves_used.get(workload, 0) >= options.limit_of(workload)
-        ):
-            why = "its workload has used its disruption budget"
-        return why
 
     def _add_pod(self, alloc: PodAllocation, gids: tuple[int, ...], workload: str | None, movable: bool) -> None:
         pid = len(self.p_alloc)
@@ -304,6 +308,16 @@ class Engine:
 
     def label(self, g: int) -> str:
         return f"{self.g_node[g]}/gpu-{self.g_dev[g].index}"
+
+
+class Engine(EngineArrays):
+    """The arrays (:class:`EngineArrays`) with what the searches ask of them (does a pod fit a GPU,
+    may it move) and the verbs that change them: a move applied and undone in constant
+    bookkeeping, an empty GPU seeded, reroutes allowed, the caches of failed searches.
+
+    Moves are put in an order that keeps every step valid by
+    :func:`~hami_place_core.planning.ordering.sequence` at the end.
+    """
 
     # -- constraints --
     def eligible_nodes(self, p: int) -> frozenset[str] | None:
