@@ -32,6 +32,7 @@ class Detours:
         self.work = CHAIN_WORK  # node-room chains and bumps the whole search may try
 
     def place(self, which: int, p: int, exclude: frozenset[int], budget: int, records: list[Record]) -> bool:
+        """Place pod `p` by a node-room chain (`which` 1) or a bump (2); applied when True."""
         if which == 1:
             return self.room_chain(p, exclude, budget, records)
         return self.bump(p, exclude, budget, records)

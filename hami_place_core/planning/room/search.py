@@ -27,9 +27,9 @@ TIE_NODES = 8  # nodes tried after a plan as short as their bound, for less comp
 
 class Search:
     """One make_room search over an engine (which it leaves as it found it): the nodes tried in
-    order of their bound, and on each the GPUs freed and the node's room made. What a GPU's pods
-    are (:class:`EvictionSets`) and the other ways to place a pod (:class:`Detours`) are its
-    collaborators; why it found nothing is :func:`~hami_place_core.planning.room.why_not.why_not`."""
+    order of their bound, and on each the GPUs freed and the node's room made. Which of a GPU's
+    pods must leave (:class:`EvictionSets`) and the other ways to place a pod (:class:`Detours`) are
+    its collaborators; why it found nothing is :func:`~hami_place_core.planning.room.why_not.why_not`."""
 
     def __init__(self, e: Engine, request: RoomRequest) -> None:
         self.e = e
