@@ -26,7 +26,8 @@ Layers, top to bottom; each module imports only modules below it (import-linter 
 - ``ordering``: the engine's moves in an order where each is valid when made;
 - ``evacuation``: emptying one GPU, all or nothing, with ejection chains;
 - ``targets``: best fit for one pod;
-- ``engine``: GPUs and pods as arrays, best-fit buckets, apply and undo;
+- ``engine``: GPUs and pods as arrays, best-fit buckets, apply and undo, and the verbs that are
+  the only way the modules above change the engine (they read its arrays directly);
 - ``milp_bounds``: the bound that counts node room, and the exact optimum of small states;
 - ``bounds``: upper bounds on what any plan frees, blind to node room (L2, cutting stock);
 - ``highs``: helpers for the HiGHS models;

@@ -57,8 +57,7 @@ class _Search:
             found = self._after(emptied + 1, records + done[1])
             if found is not None:
                 return found
-            e.rollback(done[1])
-            e.evacuated.pop()
+            e.take_back(done[1])
         return None
 
     def _after(self, emptied: int, records: list[Record]) -> list[Record] | None:
@@ -88,8 +87,7 @@ def seed_chains(engine: Engine, options: PlanOptions) -> None:
     if cap < 2 or not seeds:
         return
     for s in seeds:
-        engine.g_seed[s] = True
-        engine.reindex(s)
+        engine.seed(s)
     try:
         while engine.moves_made < engine.max_moves:
             search = _Search(engine, seeds, cap)
@@ -101,5 +99,4 @@ def seed_chains(engine: Engine, options: PlanOptions) -> None:
     finally:
         for s in range(len(engine.g_seed)):
             if engine.g_seed[s]:
-                engine.g_seed[s] = False
-                engine.reindex(s)
+                engine.unseed(s)

@@ -3,8 +3,15 @@ compute, and every change (a pod given a new place) applied and undone in consta
 
 The engine holds the *final* place of every pod: a pod away from its original GPUs is a move. The
 searches over it live in the modules above: :mod:`~hami_place_core.planning.targets` (best fit),
-:mod:`~hami_place_core.planning.evacuation` (emptying a GPU, ejection chains) and
-:mod:`~hami_place_core.planning.ordering` (the moves in an order where each one is valid).
+:mod:`~hami_place_core.planning.evacuation` (emptying a GPU, ejection chains),
+:mod:`~hami_place_core.planning.ordering` (the moves in an order where each one is valid) and the
+passes and searches over them. They read the engine's arrays directly (their inner loops would pay
+for a call per element) but change the engine only through its verbs (apply and undo a move, seed
+an empty GPU, allow reroutes, take an evacuation back, remember a failed search...): no other
+module writes its attributes, as a unit test (tests/unit/test_engine_verbs.py) checks.
+
+It is two classes, split by what they do: :class:`EngineArrays`, the arrays as built from a state
+and their best-fit index, and :class:`Engine`, the questions asked of them and the verbs.
 """
 
 from __future__ import annotations
@@ -32,12 +39,32 @@ Record = tuple[int, tuple[int, ...], list[int], int]  # undo: pod, GPUs before, 
 Step = tuple[int, tuple[int, ...]]  # pod, target GPUs
 
 
-class Engine:
-    """GPUs (``g_*``, by gid: nodes by name, each node's devices in order) and pods (``p_*``, by pid:
-    pods by key) as parallel arrays, indexed for best fit.
+def why_immovable(
+    state: ClusterState,
+    options: PlanOptions,
+    alloc: PodAllocation,
+    gids: tuple[int, ...],
+    workload: str | None,
+) -> str | None:
+    """Why a pod on GPUs `gids` stays where it is (None: it may move)."""
+    why = options.kept_pods.get(alloc.key) or immovable_reason(alloc, options.excluded_namespaces, state.problems)
+    if why is None and len(gids) != len(alloc.per_gpu):
+        why = "its allocation names a GPU its node does not register"
+    if (
+        why is None
+        and workload is not None
+        and options.workload_moves_used.get(workload, 0) >= options.limit_of(workload)
+    ):
+        why = "its workload has used its disruption budget"
+    return why
 
-    Moves are put in an order that keeps every step valid by
-    :func:`~hami_place_core.planning.ordering.sequence` at the end.
+
+class EngineArrays:
+    """GPUs (``g_*``, by gid: nodes by name, each node's devices in order) and pods (``p_*``, by pid:
+    pods by key) as parallel arrays, indexed for best fit: built from a state, and the index kept.
+
+    The searches read these arrays directly (the hot loops would pay for a method call per
+    element) and change them only through :class:`Engine`'s verbs.
     """
 
     # -- GPUs --
@@ -118,31 +145,12 @@ class Engine:
             workload = (
                 f"{alloc.namespace}/{alloc.owner_kind}/{alloc.owner_name}" if alloc.owner_kind is not None else None
             )
-            why = self._why_immovable(state, options, alloc, gids, workload)
+            why = why_immovable(state, options, alloc, gids, workload)
             if why is not None:
                 head = why.split(":")[0]
                 reasons[head] = reasons.get(head, 0) + 1
             self._add_pod(alloc, gids, workload, why is None)
         self.immovable = tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    @staticmethod
-    def _why_immovable(
-        state: ClusterState,
-        options: PlanOptions,
-        alloc: PodAllocation,
-        gids: tuple[int, ...],
-        workload: str | None,
-    ) -> str | None:
-        why = options.kept_pods.get(alloc.key) or immovable_reason(alloc, options.excluded_namespaces, state.problems)
-        if why is None and len(gids) != len(alloc.per_gpu):
-            why = "its allocation names a GPU its node does not register"
-        if (
-            why is None
-            and workload is not None
-            and options.workload_moves_used.get(workload, 0) >= options.limit_of(workload)
-        ):
-            why = "its workload has used its disruption budget"
-        return why
 
     def _add_pod(self, alloc: PodAllocation, gids: tuple[int, ...], workload: str | None, movable: bool) -> None:
         pid = len(self.p_alloc)
@@ -300,6 +308,16 @@ class Engine:
 
     def label(self, g: int) -> str:
         return f"{self.g_node[g]}/gpu-{self.g_dev[g].index}"
+
+
+class Engine(EngineArrays):
+    """The arrays (:class:`EngineArrays`) with what the searches ask of them (does a pod fit a GPU,
+    may it move) and the verbs that change them: a move applied and undone in constant
+    bookkeeping, an empty GPU seeded, reroutes allowed, the caches of failed searches.
+
+    Moves are put in an order that keeps every step valid by
+    :func:`~hami_place_core.planning.ordering.sequence` at the end.
+    """
 
     # -- constraints --
     def eligible_nodes(self, p: int) -> frozenset[str] | None:
@@ -460,3 +478,78 @@ class Engine:
                     self._index(g)
         self.p_event[:] = events
         self.changed()
+
+    # -- the verbs of the searches above: every change they make to the engine goes through one --
+    def seed(self, g: int) -> None:
+        """Offer empty GPU g as a target like a GPU in use (the planner otherwise keeps pods off
+        empty GPUs: its objective is whole free GPUs)."""
+        self.g_seed[g] = True
+        self.reindex(g)
+
+    def unseed(self, g: int, reindex: bool = True) -> None:
+        """Withdraw the offer of GPU g; without `reindex` the caller reindexes it later (after
+        taking back the moves onto it, which reindex it as they go)."""
+        self.g_seed[g] = False
+        if reindex:
+            self.reindex(g)
+
+    def allow_reroutes(self, allowed: bool = True) -> None:
+        """Pods already moved may (or may no longer) be given another place at no extra move."""
+        self.reroute = allowed
+
+    def limit_scans(self, more: int) -> None:
+        """The ejection scans stop (between evacuations) once they have looked at `more` GPUs
+        beyond those looked at so far."""
+        self.scan_limit = self.scanned + more
+
+    def count_scans(self, n: int) -> None:
+        """An evacuation's ejection scans looked at `n` GPUs (counted in a batch: one call per
+        evacuation, not one per GPU scanned)."""
+        self.scanned += n
+
+    def emptied(self, g: int) -> None:
+        """An evacuation emptied GPU g (its moves applied)."""
+        self.evacuated.append(g)
+
+    def take_back(self, records: list[Record], emptied_since: int | None = None) -> None:
+        """Undo `records` (in reverse) and forget the GPUs they emptied: the last one, or all
+        those emptied since `len(evacuated)` was `emptied_since`."""
+        self.rollback(records)
+        if emptied_since is None:
+            self.evacuated.pop()
+        else:
+            del self.evacuated[emptied_since:]
+
+    def give_reason(self, p: int, why: str) -> None:
+        """Why pod p moves (shown with its move)."""
+        self.p_reason[p] = why
+
+    def drop_reason(self, p: int) -> None:
+        self.p_reason.pop(p, None)
+
+    def drop_reasons(self) -> None:
+        self.p_reason.clear()
+
+    def remember_gpu_kind(self, g: int, kind: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Cache evacuation.kind_of(g) until GPU g's pods change (_shift forgets it)."""
+        self.g_kind[g] = kind
+        return kind
+
+    def remember_pod_kind(self, p: int, kind: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Cache targets.kind_of_pod(p): it never changes."""
+        self.p_kind[p] = kind
+        return kind
+
+    def remember_miss(self, key: tuple[Any, ...], left_out: frozenset[int]) -> None:
+        """A best-fit search for `key` (a kind of pod, its node, the state's name) failed with the
+        GPUs `left_out` excluded (targets.direct_target), until the state changes."""
+        self.misses[key] = left_out
+
+    def remember_ejections(self, key: tuple[Any, ...], groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """The ejection sets of a GPU for a kind of pod (evacuation.ejections), until the state changes."""
+        self.known_ejections[key] = groups
+        return groups
+
+    def tighten_room(self, level: int, front: list[tuple[int, int]]) -> None:
+        """The node room of free-compute `level`, exact after a scan of every GPU there."""
+        self.level_room[level] = front

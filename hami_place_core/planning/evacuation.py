@@ -99,7 +99,7 @@ def kind_of(e: Engine, g: int) -> tuple[Any, ...]:
     kind = e.g_kind.get(g)
     if kind is None:
         items = [(e.p_req[p], e.p_alloc[p].request.selectors, e.p_sig[p], e.moved(p)) for p in e.g_pods[g]]
-        kind = e.g_kind[g] = tuple(sorted(items, key=repr))
+        kind = e.remember_gpu_kind(g, tuple(sorted(items, key=repr)))
     return kind
 
 
@@ -114,6 +114,12 @@ def evacuate(e: Engine, x: int, depth: int, budget: int) -> tuple[list[Step], li
     if sum(1 for p in pods if not e.moved(p)) > cap:
         return None
     ev = _Evacuation(e.moves_made, cap, EJECT_SCAN * depth)
+    done = _empty(e, ev, x, pods, depth)
+    e.count_scans(EJECT_SCAN * depth - ev.work)
+    return done
+
+
+def _empty(e: Engine, ev: _Evacuation, x: int, pods: list[int], depth: int) -> tuple[list[Step], list[Record]] | None:
     for p in pods:
         if p not in e.g_pods[x]:
             continue  # a multi-GPU pod already moved with another share
@@ -123,7 +129,7 @@ def evacuate(e: Engine, x: int, depth: int, budget: int) -> tuple[list[Step], li
     if e.moves_made - ev.base > ev.cap or e.g_pods[x]:
         e.rollback(ev.records)
         return None
-    e.evacuated.append(x)
+    e.emptied(x)
     return ev.steps, ev.records
 
 
@@ -141,6 +147,14 @@ def relocate(
     if sum(1 for p in pods if not e.moved(p)) > cap:
         return None
     ev = _Evacuation(e.moves_made, cap, EJECT_SCAN * max(depth, 1))
+    done = _place_all(e, ev, pods, exclude, depth)
+    e.count_scans(EJECT_SCAN * max(depth, 1) - ev.work)
+    return done
+
+
+def _place_all(
+    e: Engine, ev: _Evacuation, pods: list[int], exclude: frozenset[int], depth: int
+) -> tuple[list[Step], list[Record]] | None:
     for p in pods:
         if not place(e, ev, p, exclude, depth):
             e.rollback(ev.records)
@@ -182,8 +196,9 @@ def _eject_for(e: Engine, ev: _Evacuation, p: int, req: GpuRequest, exclude: fro
                 continue
             if nodes is not None and e.g_node[t] not in nodes and t not in e.p_origin[p]:
                 continue
-            ev.work -= 1  # GPUs of other types count too: the scan stays bounded
-            e.scanned += 1
+            # GPUs of other types count too: the scan stays bounded. The work spent is also the
+            # engine's count of GPUs scanned, added once when the evacuation ends.
+            ev.work -= 1
             if ev.work < 0:
                 return False
             if typed and not e.allowed(p, e.g_dev[t]):
@@ -266,7 +281,7 @@ def ejections(e: Engine, p: int, t: int) -> list[tuple[int, ...]]:
     key = (t, kind_of_pod(e, p), e.g_node[e.p_gids[p][0]], e.state_name, e.reroute)
     groups = e.known_ejections.get(key)
     if groups is None:
-        groups = e.known_ejections[key] = list_ejections(e, p, t)
+        groups = e.remember_ejections(key, list_ejections(e, p, t))
     return groups
 
 

@@ -69,7 +69,7 @@ def carries(engine: Engine, options: PlanOptions) -> list[Record]:
         for e in empties:
             if not engine.g_use[e].used and engine.g_node[e] != node and engine.fits(q, e, req, nodes):
                 made.append(engine.apply(q, (e,)))
-                engine.p_reason[q] = f"make room on {node}"
+                engine.give_reason(q, f"make room on {node}")
                 break
     return made
 
@@ -134,7 +134,7 @@ def keep_used(engine: Engine, made: list[Record]) -> int:
         q, origin = record[0], record[1]
         if engine.fits_back(q, origin) and not _needed(engine, q, engine.g_node[origin[0]], moved):
             engine.undo(record)
-            engine.p_reason.pop(q, None)
+            engine.drop_reason(q)
         else:
             kept += 1
     return kept

@@ -53,8 +53,7 @@ def evacuations(engine: Engine, options: PlanOptions, accept: Accept | None) -> 
                 continue
             done = evacuate(engine, x, min(budget - new, MAX_DEPTH), budget)
             if done is not None and accept is not None and not accept(done[1], x):
-                engine.rollback(done[1])
-                engine.evacuated.pop()
+                engine.take_back(done[1])
                 done = None
             if done is None:
                 failed[kind] = changes
@@ -121,7 +120,7 @@ def fresh_gpus(
         for g, records in taken:
             items.remove(g)
             for p, _, _, _ in records:
-                engine.p_reason[p] = f"empty {engine.label(g)}, sharing an empty GPU of a roomier node"
+                engine.give_reason(p, f"empty {engine.label(g)}, sharing an empty GPU of a roomier node")
 
 
 def _may_go(engine: Engine, g: int, e: int) -> bool:
@@ -232,8 +231,7 @@ def seeded(engine: Engine, options: PlanOptions, patience: int = 2, most_pods: i
         # As in pairing, only GPUs whose pods accept e (type, UUID, node) are worth a try there.
         items = [x for x in listed if len(engine.g_pods[x]) <= most_pods and _may_go(engine, x, e)]
         items.sort(key=lambda x: (-engine.g_use[x].usedcores, x))
-        engine.g_seed[e] = True
-        engine.reindex(e)
+        engine.seed(e)
         mark, base = len(engine.evacuated), engine.moves_made
         records: list[Record] = []
         for x in items[:tries]:
@@ -244,7 +242,7 @@ def seeded(engine: Engine, options: PlanOptions, patience: int = 2, most_pods: i
             done = evacuate(engine, x, 1, len(engine.g_pods[x]) + 1)
             if done is not None:
                 records.extend(done[1])
-        engine.g_seed[e] = False
+        engine.unseed(e, reindex=False)  # reindexed below, after any rollback
         freed = len(engine.evacuated) - mark
         moves = engine.moves_made - base
         # Evacuations that left `e` alone stand on their own; with `e` taken, only a net gain.
@@ -253,8 +251,7 @@ def seeded(engine: Engine, options: PlanOptions, patience: int = 2, most_pods: i
             if freed:
                 listed = None
         else:
-            engine.rollback(records)
-            del engine.evacuated[mark:]
+            engine.take_back(records, emptied_since=mark)
             idle += 1
         engine.reindex(e)
 
@@ -284,7 +281,7 @@ def single_moves(
         delta = sum(committed[n] - after[n] for n in touched)
         if delta >= options.min_fgd_gain:
             committed.update(after)
-            engine.p_reason[p] = f"lower FGD by {delta:.2f} GPU"
+            engine.give_reason(p, f"lower FGD by {delta:.2f} GPU")
             made.append((p, record))
         else:
             engine.undo(record)
@@ -293,7 +290,7 @@ def single_moves(
     for p, record in reversed(made):
         origin = record[1]
         if all(not engine.g_pods[g] for g in origin) or not engine.fits_back(p, origin):
-            engine.p_reason[p] = f"empty {engine.label(origin[0])}" if not engine.g_pods[origin[0]] else "make room"
+            engine.give_reason(p, f"empty {engine.label(origin[0])}" if not engine.g_pods[origin[0]] else "make room")
             continue
         engine.undo(record)
-        engine.p_reason.pop(p, None)
+        engine.drop_reason(p)

@@ -81,15 +81,15 @@ def free_gpus(engine: Engine, options: PlanOptions, mix: WorkloadMix) -> list[Mo
     places, events = engine.snapshot(), list(engine.p_event)
     # Second phase: pods already moving may be given another place at no extra move, and GPUs
     # that received pods may be emptied after all; ordering is redone at the end.
-    engine.reroute = True
+    engine.allow_reroutes()
     # The second phase gains little (nothing on most states) but can search far longer than the
     # first when node CPU and memory are tight: it may scan a quarter as many GPUs as the first
     # did (half freed no more GPUs over the seven openb states, an eighth 21 fewer), and at least
     # what one evacuation may, so a first phase that needed no scan leaves room.
-    engine.scan_limit = engine.scanned + max(engine.scanned // 4, EJECT_SCAN * MAX_DEPTH)
+    engine.limit_scans(max(engine.scanned // 4, EJECT_SCAN * MAX_DEPTH))
     freed = len(engine.evacuated)
     evacuations(engine, options, None)
-    engine.reroute = False
+    engine.allow_reroutes(False)
     seeded(engine, options)
     seed_chains(engine, options)
     if len(engine.evacuated) > freed:

@@ -71,7 +71,7 @@ def best_target(e: Engine, p: int, exclude: set[int] | frozenset[int]) -> tuple[
                 ok = roomy[node] = room is None or node == here or room.covers(res)
             if ok and e.fits(p, g, req, nodes):
                 return (g,)
-        level_room[level] = _pareto(rooms)  # exact now: the whole level was seen
+        e.tighten_room(level, _pareto(rooms))  # exact now: the whole level was seen
     return None
 
 
@@ -93,7 +93,7 @@ def direct_target(e: Engine, p: int, exclude: frozenset[int]) -> tuple[int, ...]
     target = best_target(e, p, exclude)
     if target is None:
         left_out = exclude.union(e.p_gids[p])
-        e.misses[key] = left_out if blocked is None else left_out & blocked
+        e.remember_miss(key, left_out if blocked is None else left_out & blocked)
     return target
 
 
@@ -107,7 +107,7 @@ def kind_of_pod(e: Engine, p: int) -> tuple[Any, ...]:
         odd = nodes is not None and any(e.g_node[g] not in nodes for g in origin)
         sel = e.p_alloc[p].request.selectors
         kind = (e.p_req[p], sel, e.p_sig[p], e.p_res[p], origin if odd else ())
-        e.p_kind[p] = kind
+        e.remember_pod_kind(p, kind)
     return kind
 
 

@@ -20,8 +20,12 @@ and read the same way. docs/planner.md ("Making room for one pod") describes the
 
 Pure and deterministic: the state is not modified, and the same input gives the same plan.
 
-The package: ``request`` (what room is asked for), ``result`` (what a search finds), ``explain``
-(why there is no room), ``search`` (the search), and here the entry and its plan.
+The package, top to bottom (each module imports only those below it): ``why_not`` (the binding
+constraint when the search found nothing), ``search`` (the search: nodes by bound, room made on
+each), ``detours`` (node-room chains and bumps, where relocation alone cannot place a pod),
+``eviction`` (the pods that must leave a GPU, and the bound), ``explain`` (how a request and a
+reason read), ``result`` (what a search finds), ``request`` (what room is asked for); and here the
+entry and its plan.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from hami_place_core.planning.engine import Engine
 from hami_place_core.planning.model import Move, PlanOptions
 from hami_place_core.planning.room.request import KNOWN_KEYS, RoomRequest, parse_room_request
 from hami_place_core.planning.room.search import Search
+from hami_place_core.planning.room.why_not import why_not
 from hami_place_core.state import ClusterState
 
 
@@ -88,7 +93,7 @@ def make_room(state: ClusterState, request: RoomRequest, options: PlanOptions | 
     search = Search(Engine(base, options), request)
     found = search.run()
     if found is None:
-        reason = search.why_not(base, options)
+        reason = why_not(search, base, options)
         return RoomPlan(request, (), None, reason=reason, nodes_tried=search.tried, seconds=since(started))
     return RoomPlan(
         request,
