@@ -1,6 +1,6 @@
 """Benchmark: the agent's mutating admission webhook, on the local test bed, against baselines.
 
-    .venv/bin/python bench/webhook_bench.py --duration 10 --connections 16 [--profile]
+    .venv/bin/python -m bench.webhook_bench --duration 10 --connections 16 [--profile]
 
 Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``; the LuaJIT scripts are in
 bench/webhook_lua/) and the test-bed binaries (``make testbed-build``); with ``go`` on PATH it also
@@ -69,7 +69,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 LUA_DIR = REPO / "bench" / "webhook_lua"
 # The namespaces the agent serves carry this label (the tests' convention); its webhooks are
@@ -665,13 +664,13 @@ class Bench:
     def start(self) -> None:
         from kubernetes import client
 
-        from testbed.agent_process import AgentProcess
-        from testbed.certs import CertificateAuthority
-        from testbed.cluster import TestBed
-        from testbed.crd import install_crd
-        from testbed.gpu_nodes import uniform_nodes
-        from testbed.processes import Process, free_port, wait_until
-        from testbed.webhooks import register_webhooks, webhook_configs
+        from testbed.agents.agent_process import AgentProcess
+        from testbed.agents.webhooks import register_webhooks, webhook_configs
+        from testbed.controlplane.certs import CertificateAuthority
+        from testbed.controlplane.cluster import TestBed
+        from testbed.controlplane.crd import install_crd
+        from testbed.controlplane.processes import Process, free_port, wait_until
+        from testbed.data.gpu_nodes import uniform_nodes
 
         self.log("starting the test bed (etcd, kube-apiserver, kcm, scheduler, kwok, 4 GPU nodes)")
         self.bed = TestBed(workdir=self.workdir / "testbed", nodes=uniform_nodes(NODES, gpus=GPUS_PER_NODE)).start()
@@ -701,7 +700,17 @@ class Bench:
 
         def bare(parser: str) -> tuple[Any, Https, str]:
             port = free_port()
-            argv = [sys.executable, __file__, "--serve-bare", str(port), "--cert", str(crt), "--key", str(key)]
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.webhook_bench",
+                "--serve-bare",
+                str(port),
+                "--cert",
+                str(crt),
+                "--key",
+                str(key),
+            ]
             return server(f"bare-{parser}", [*argv, "--bare-parser", parser], port)
 
         self.bare, self.bare_http, self.bare_url = bare("orjson")
@@ -1121,7 +1130,7 @@ class Bench:
     def phase_follower(self, spec: list[tuple[str, int, int, int]]) -> None:
         """Replace the agent by one with leader election on and the Lease held by someone else:
         it serves the webhooks from the same cache, but its controller never runs a pass."""
-        from testbed.agent_process import AgentProcess
+        from testbed.agents.agent_process import AgentProcess
 
         lease = {
             "apiVersion": "coordination.k8s.io/v1",

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from testbed.waiting import wait_for
+from testbed.controlplane.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CRD_NAME = "hamipodplacements.scheduling.hami.placement.com"
 CRD_FILE = REPO / "crds" / f"{CRD_NAME}.yaml"
 

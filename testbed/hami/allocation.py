@@ -2,7 +2,7 @@
 
 Tests and tools call ``start_allocator`` instead of starting ``AllocationStandIn`` themselves, so
 the same test holds whoever allocates: with ``HAMI_SCHEDULER_BIN`` set, HAMi's Filter chooses the
-GPUs and the test bed's post-bind component (testbed/hami.py) finishes the bind, so there is
+GPUs and the test bed's post-bind component (testbed/hami/scheduler.py) finishes the bind, so there is
 nothing to start; without it, the stand-in writes the allocation for the given namespaces.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from testbed.allocation_standin import AllocationStandIn
-from testbed.hami import scheduler_binary
+from testbed.hami.allocation_standin import AllocationStandIn
+from testbed.hami.scheduler import scheduler_binary
 
 
 class Allocator(Protocol):

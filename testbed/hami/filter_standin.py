@@ -1,10 +1,10 @@
 """STAND-IN for HAMi's Filter decision, for the CI mode of the test bed (no HAMi binary).
 
-The test bed runs the real HAMi scheduler when ``HAMI_SCHEDULER_BIN`` names one (testbed/hami.py,
+The test bed runs the real HAMi scheduler when ``HAMI_SCHEDULER_BIN`` names one (testbed/hami/scheduler.py,
 ``make test-hami``). CI has no HAMi binary, so there the ``hami-scheduler`` profile is a plain
 kube-scheduler profile, which only checks the nodes' aggregate ``nvidia.com/*`` resources: a pod
 whose request fits no single GPU would be bound anyway. This labelled stand-in is a scheduler
-extender of that profile (testbed/cluster.py) that imitates the *decision* of HAMi v2.10.0's
+extender of that profile (testbed/controlplane/cluster.py) that imitates the *decision* of HAMi v2.10.0's
 ``Scheduler.Filter`` (``pkg/scheduler/scheduler.go``): for each candidate node, does the pod fit
 the node's GPUs, and if not, HAMi's reason. A pod that fits no GPU then stays Pending with
 ``PodScheduled=False``, reason ``Unschedulable`` and HAMi-like reasons in the message, exactly as
@@ -14,7 +14,7 @@ It decides with the project's own model of HAMi, nothing else: the cluster as HA
 (``hami_place_core.state.build_state`` over the live Nodes and Pods, the filtered pod itself left
 out as ``Filter`` drops its own stale usage), the pod's request as HAMi's admission leaves it
 (``pod_request(webhook=True)``, the ``nvidia.com/use-gputype``/``nouse-gputype``/``use-gpuuuid``
-selectors included) and HAMi's Fit over the node's GPUs (``testbed.simulate.fit_on_node``,
+selectors included) and HAMi's Fit over the node's GPUs (``testbed.hami.simulate.fit_on_node``,
 per-GPU rules from ``hami_place_core.fit``). A failed node's reason is formatted as HAMi's
 ``common.GenReason`` (``pkg/device/common/common.go``) writes it from ``NvidiaGPUDevices.Fit``
 (``pkg/device/nvidia/device.go``), e.g. ``1/4 CardInsufficientCore, 3/4 CardInsufficientMemory``;
@@ -22,7 +22,7 @@ a node without a GPU inventory is ``node unregistered``, and a request for more 
 has is ``NodeInsufficientDevice`` (``fitInDevices``, ``pkg/scheduler/score.go``).
 
 What it does NOT do: choose a node or GPUs, write any annotation or bind (kube-scheduler binds;
-``testbed/allocation_standin.py`` writes the allocation), count pods bound but not yet allocated
+``testbed/hami/allocation_standin.py`` writes the allocation), count pods bound but not yet allocated
 (HAMi counts a pod from its Filter on; here only allocated pods count, so two pods filtered in the
 same instant may both pass), quotas, NUMA binding, topology-aware or mutex policies, MIG, init
 containers that request GPUs (such a pod passes every node). Pods without a GPU request pass every
@@ -53,8 +53,8 @@ from hami_place_core.fit import (
 )
 from hami_place_core.requests import HAMI_RESOURCES, PodRequest, pod_request
 from hami_place_core.state import NodeState, build_state
-from testbed.allocation_standin import gpu_policy
-from testbed.simulate import fit_on_node
+from testbed.hami.allocation_standin import gpu_policy
+from testbed.hami.simulate import fit_on_node
 
 log = logging.getLogger("hami-filter-standin")
 
@@ -266,7 +266,7 @@ class FilterStandIn:
 def extender_config(url: str) -> dict[str, Any]:
     """The ``extenders`` entry of the CI mode's hami-scheduler kube-scheduler.
 
-    As HAMi's chart (testbed/hami.py ``extender_config``): ``filter``, ``nodeCacheCapable``,
+    As HAMi's chart (testbed/hami/scheduler.py ``extender_config``): ``filter``, ``nodeCacheCapable``,
     ``httpTimeout: 30s``; unlike it: plain HTTP, no ``bind`` (kube-scheduler binds), ``ignorable``
     (an unreachable stand-in never blocks scheduling), and the ``nvidia.com/*`` resources managed
     but not ignored, so kube-scheduler still checks the node's aggregate as before and calls the
@@ -285,12 +285,12 @@ def extender_config(url: str) -> dict[str, Any]:
 
 def argv(kubeconfig: Path, port: int) -> list[str]:
     """The test bed runs the stand-in as a component process (its log with the others)."""
-    return [sys.executable, "-m", "testbed.filter_standin", f"--kubeconfig={kubeconfig}", f"--port={port}"]
+    return [sys.executable, "-m", "testbed.hami.filter_standin", f"--kubeconfig={kubeconfig}", f"--port={port}"]
 
 
 def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed.filter_standin", description="STAND-IN for HAMi's Filter (CI mode)"
+        prog="python -m testbed.hami.filter_standin", description="STAND-IN for HAMi's Filter (CI mode)"
     )
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)

@@ -20,7 +20,7 @@ Mapping (docs/openb.md has the full table and the reasoning):
   (``gpucores: 100``, memory 100%); ``gpu_spec`` becomes ``nvidia.com/use-gputype``;
   CPU-only tasks are skipped (they hold no GPU);
 - a task is present at time T when creation_time <= T < deletion_time. Arrivals are placed by
-  :func:`testbed.simulate.place` (HAMi's binpack node policy and spread GPU policy by
+  :func:`testbed.hami.simulate.place` (HAMi's binpack node policy and spread GPU policy by
   default) among the nodes with enough free CPU and memory (kube-scheduler's NodeResourcesFit);
   a task that fits nowhere waits (Pending) and is retried, oldest first, whenever a departure
   frees room, until it fits or its deletion_time comes;
@@ -55,9 +55,9 @@ from hami_place_core.fragmentation import ClusterMetrics, cluster_metrics, mix_f
 from hami_place_core.requests import RES_CORES, RES_GPU, RES_MEM_PCT, pod_request
 from hami_place_core.snapshot import make_snapshot
 from hami_place_core.state import ClusterState, build_state
-from testbed.gpu_nodes import GpuModel as TestbedGpuModel
-from testbed.gpu_nodes import NodeSpec
-from testbed.simulate import (
+from testbed.data.gpu_nodes import GpuModel as TestbedGpuModel
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.hami.simulate import (
     POLICIES,
     Policy,
     Simulator,

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from hami_place_core import annotations as ann
-from testbed.processes import Process, StartupError, free_port, http_ok, wait_until
+from testbed.controlplane.processes import Process, StartupError, free_port, http_ok, wait_until
 
 ENV = "HAMI_SCHEDULER_BIN"
 SCHEDULER_NAME = "hami-scheduler"
@@ -136,8 +136,8 @@ def mode_banner() -> str:
     binary = scheduler_binary()
     if binary is None:
         return (
-            "HAMi: the labelled stand-in allocates (testbed/allocation_standin.py) and filters "
-            "(testbed/filter_standin.py); "
+            "HAMi: the labelled stand-in allocates (testbed/hami/allocation_standin.py) and filters "
+            "(testbed/hami/filter_standin.py); "
             f"set {ENV} to run the real HAMi scheduler (make test-hami)"
         )
     return f"HAMi: the real scheduler {binary} is the hami-scheduler extender"
@@ -340,11 +340,11 @@ class DevicePluginPostBind:
 
 def post_bind_argv(kubeconfig: Path) -> list[str]:
     """The test bed runs the post-bind step as a component process, so it outlives ``testbed up``."""
-    return [sys.executable, "-m", "testbed.hami", "post-bind", f"--kubeconfig={kubeconfig}"]
+    return [sys.executable, "-m", "testbed.hami.scheduler", "post-bind", f"--kubeconfig={kubeconfig}"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.hami")
+    parser = argparse.ArgumentParser(prog="python -m testbed.hami.scheduler")
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("post-bind", help="play HAMi's device-plugin post-bind step until killed")
     run.add_argument("--kubeconfig", type=Path, required=True)

@@ -1,8 +1,7 @@
-"""podman on the development machines, and a pod template run with it as a kubelet would.
+"""A pod template run with podman as a kubelet would, for the image tests.
 
-`host_flags()` are the flags podman needs on this kind of machine (a VM whose root lacks
-CAP_SYS_RESOURCE, with cgroup v1 and v2 mounted side by side); `make image` and the image tests
-share them. `PodmanPod` runs one pod of a Deployment's template (the chart's, as `helm install`
+The flags podman needs on this kind of machine are `toolchain.podman_flags.host_flags()`, shared
+with `make image`. `PodmanPod` runs one pod of a Deployment's template (the chart's, as `helm install`
 stored it) in a container on the host network: env with field references resolved, the Secret and
 ConfigMap volumes as read-only mounts, emptyDirs as tmpfs, the service-account token from the
 TokenRequest API at the path a kubelet mounts it, the securityContext as podman flags, and the
@@ -14,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import resource
 import shutil
 import ssl
 import subprocess
@@ -25,42 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.podman_flags import host_flags
+
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"  # where a kubelet projects the token
-CAP_SYS_RESOURCE = 24
 
 
 class PodError(RuntimeError):
     """The pod cannot run as its template says (what a kubelet would report), or podman failed."""
-
-
-def _has_capability(bit: int) -> bool:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> bit & 1)
-    return False
-
-
-def _cgroup_v2_controllers_in_hybrid_mode() -> bool:
-    unified = Path("/sys/fs/cgroup/unified/cgroup.controllers")
-    return unified.is_file() and bool(unified.read_text().split())
-
-
-def host_flags() -> list[str]:
-    """Flags for `podman run` and `podman build` that this host needs, none on an ordinary one.
-
-    - crun refuses a hybrid cgroup layout with controllers on the v2 side ("cgroups in hybrid mode
-      not supported"); runc runs there.
-    - Without CAP_SYS_RESOURCE the runtime may not raise an rlimit, and podman asks for its defaults
-      (nofile 1048576, and nproc above what conmon passes down): "setrlimit RLIMIT_NOFILE: Operation
-      not permitted". Limits no higher than the inherited ones are set instead.
-    """
-    flags: list[str] = []
-    if _cgroup_v2_controllers_in_hybrid_mode() and shutil.which("runc"):
-        flags += ["--runtime", "runc"]
-    if not _has_capability(CAP_SYS_RESOURCE):
-        nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
-        flags += [f"--ulimit=nofile={nofile}:{nofile}", "--ulimit=nproc=4096:4096"]
-    return flags
 
 
 def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:

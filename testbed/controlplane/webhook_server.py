@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from testbed.certs import CertificateAuthority
+from testbed.controlplane.certs import CertificateAuthority
 
 Review = dict[str, Any]
 Responder = Callable[[Review], dict[str, Any]]

@@ -45,7 +45,7 @@ class NodeSpec:
     unhealthy_indices: frozenset[int] = frozenset()
     labels: dict[str, str] = field(default_factory=dict)
     # Allocatable CPU and memory: kube-scheduler's NodeResourcesFit filters on them before HAMi's
-    # extender sees the node, so a replay of a trace's nodes (testbed/openb.py) sets its own.
+    # extender sees the node, so a replay of a trace's nodes (testbed/data/openb.py) sets its own.
     cpu_milli: int = 64000
     memory_mib: int = 512 * 1024
     # Per-GPU NUMA node; None: the first half of the GPUs on NUMA 0, the rest on 1 (a 2-socket host).

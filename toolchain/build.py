@@ -1,4 +1,4 @@
-"""Find or build the test bed's binaries from the pinned Go modules in testbed/tools/.
+"""Find or build the test bed's binaries from the pinned Go modules in toolchain/tools/.
 
 Lookup order for each binary, as envtest does:
   1. ``TEST_ASSET_<NAME>`` (e.g. ``TEST_ASSET_KUBE_APISERVER``), a path to that one binary;
@@ -285,7 +285,7 @@ def ensure_actionlint(log=print) -> Path:  # type: ignore[no-untyped-def]
 
 
 def _ensure_tool(name: str, version: str, package: str, ldflags: str, log) -> Path:  # type: ignore[no-untyped-def]
-    """A tool of its own pinned module (testbed/tools/<name>/), cached apart from the control plane
+    """A tool of its own pinned module (toolchain/tools/<name>/), cached apart from the control plane
     binaries in testbed-bin/<name>-<version>/, so changing its pin never rebuilds Kubernetes.
     TEST_ASSET_<NAME> and KUBEBUILDER_ASSETS are honoured as for the others."""
     bin_dir = cache_root() / "testbed-bin" / f"{name}-{version}"

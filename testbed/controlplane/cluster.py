@@ -2,8 +2,8 @@
 
 etcd -> kube-apiserver (RBAC, admission webhooks on) -> kube-controller-manager,
 kube-scheduler (profile default-scheduler), a second kube-scheduler for the hami-scheduler profile
-(with the stand-in for HAMi's Filter as extender, testbed/filter_standin.py, or with the real HAMi
-scheduler when HAMI_SCHEDULER_BIN is set, testbed/hami.py) and kwok, all on 127.0.0.1 with free
+(with the stand-in for HAMi's Filter as extender, testbed/hami/filter_standin.py, or with the real HAMi
+scheduler when HAMI_SCHEDULER_BIN is set, testbed/hami/scheduler.py) and kwok, all on 127.0.0.1 with free
 ports, all logging to <workdir>/logs/<component>.log.
 """
 
@@ -20,11 +20,18 @@ from typing import Any
 
 import yaml
 
-from testbed import build, filter_standin
-from testbed.certs import CertificateAuthority, service_account_signer
-from testbed.gpu_nodes import NodeSpec, uniform_nodes
-from testbed.hami import HamiScheduler, extender_config, post_bind_argv, scheduler_binary, webhook_configuration
-from testbed.processes import Process, StartupError, free_port, http_ok, stop_pid, wait_until
+from testbed.controlplane.certs import CertificateAuthority, service_account_signer
+from testbed.controlplane.processes import Process, StartupError, free_port, http_ok, stop_pid, wait_until
+from testbed.data.gpu_nodes import NodeSpec, uniform_nodes
+from testbed.hami import filter_standin
+from testbed.hami.scheduler import (
+    HamiScheduler,
+    extender_config,
+    post_bind_argv,
+    scheduler_binary,
+    webhook_configuration,
+)
+from toolchain import build
 
 SERVICE_CIDR = "10.0.0.0/24"
 WEBHOOK_CLIENT_CN = "kube-apiserver-webhook-client"
@@ -33,10 +40,10 @@ POD_CIDR = "10.244.0.0/16"
 _LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 # Without HAMI_SCHEDULER_BIN, "hami-scheduler" is a kube-scheduler profile of its own whose only
-# extender is the labelled stand-in for HAMi's Filter decision (testbed/filter_standin.py): it
+# extender is the labelled stand-in for HAMi's Filter decision (testbed/hami/filter_standin.py): it
 # honours affinity, taints and extended resources, refuses nodes whose GPUs cannot take the pod as
 # HAMi's Fit judges, but writes no hami.io/vgpu-* annotations (tests that need those get the
-# allocation stand-in from testbed/allocation.py). Extenders are shared by all the profiles of a
+# allocation stand-in from testbed/hami/allocation.py). Extenders are shared by all the profiles of a
 # kube-scheduler, so the default-scheduler profile runs in a kube-scheduler without it.
 SCHEDULER_CONFIG_HEADER = """\
 # kube-scheduler configuration for the hami-place test bed: the default-scheduler profile.
@@ -46,9 +53,9 @@ SCHEDULER_CONFIG_HEADER = """\
 STANDIN_SCHEDULER_CONFIG_HEADER = """\
 # kube-scheduler configuration for the hami-place test bed, CI mode (no HAMI_SCHEDULER_BIN).
 # The "hami-scheduler" profile is a STAND-IN for HAMi's scheduler: plain kube-scheduler with a
-# STAND-IN for HAMi's Filter as its extender (testbed/filter_standin.py: whether the pod fits a
+# STAND-IN for HAMi's Filter as its extender (testbed/hami/filter_standin.py: whether the pod fits a
 # node's GPUs, by the project's model of HAMi's Fit). It chooses no GPUs and writes no
-# hami.io/vgpu-* annotations (testbed/allocation_standin.py does, when a test starts it).
+# hami.io/vgpu-* annotations (testbed/hami/allocation_standin.py does, when a test starts it).
 """
 STANDIN_SCHEDULER = "kube-scheduler-hami-standin"
 HAMI_SCHEDULER_CONFIG_HEADER = """\
@@ -398,7 +405,7 @@ class TestBed:
         )
         proc = Process(filter_standin.COMPONENT, filter_standin.argv(kubeconfig, port), self.log_dir)
         self.components[proc.name] = proc
-        proc.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        proc.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         return proc, f"http://127.0.0.1:{port}"
 
     def _start_standin_scheduler(self, standin: tuple[Process, str], insecure: ssl.SSLContext) -> None:
@@ -445,7 +452,7 @@ class TestBed:
         # The device plugin's post-bind step, as a component: it must outlive `python -m testbed up`.
         post_bind = Process("hami-device-plugin-post-bind", post_bind_argv(self.kubeconfig), self.log_dir)
         self.components[post_bind.name] = post_bind
-        post_bind.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        post_bind.start_with_env({**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         self.timings["hami-scheduler"] = time.monotonic() - t0
 
     # ---- API helpers ---------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Collection
 from typing import Any
 
 from hami_place_core import placement as hp
@@ -32,3 +35,15 @@ def get_placement(api: Any, ns: str, name: str) -> dict[str, Any]:
 def placement_status(api: Any, ns: str, name: str) -> dict[str, Any]:
     """The placement's status ({} until the agent writes one)."""
     return dict(get_placement(api, ns, name).get("status") or {})
+
+
+def wait_phase(api: Any, ns: str, name: str, phases: Collection[str], timeout: float = 60) -> dict[str, Any]:
+    """The placement's status once its phase is one of `phases`; fail with the last status after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = placement_status(api, ns, name)
+        if st.get("phase") in phases:
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} not in {phases} after {timeout}s: {json.dumps(st)[:1500]}")
+        time.sleep(0.2)

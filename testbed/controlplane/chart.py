@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "chart"
 RELEASE = "gpu-descheduler"
 

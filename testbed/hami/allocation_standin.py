@@ -1,8 +1,8 @@
 """STAND-IN for HAMi's Filter annotation write, for the CI mode of the test bed (no HAMi binary).
 
-The test bed runs the real HAMi scheduler when ``HAMI_SCHEDULER_BIN`` names one (testbed/hami.py,
+The test bed runs the real HAMi scheduler when ``HAMI_SCHEDULER_BIN`` names one (testbed/hami/scheduler.py,
 ``make test-hami``); CI has no HAMi binary, so there this labelled stand-in writes what HAMi's
-Filter would. Tests never start it themselves: ``testbed/allocation.py`` ``start_allocator``
+Filter would. Tests never start it themselves: ``testbed/hami/allocation.py`` ``start_allocator``
 starts it only in the stand-in mode, so the same test holds whoever allocates.
 
 HAMi's extender, at Filter, picks GPUs and patches ``hami.io/vgpu-node`` and
@@ -24,7 +24,7 @@ from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice
 from hami_place_core.requests import pod_request
 from hami_place_core.state import build_state, upsert_pod
-from testbed.simulate import POLICIES, Policy, fit_on_node
+from testbed.hami.simulate import POLICIES, Policy, fit_on_node
 
 
 def gpu_policy(pod: dict[str, Any]) -> Policy | None:
@@ -33,7 +33,7 @@ def gpu_policy(pod: dict[str, Any]) -> Policy | None:
     HAMi v2.10.0 ``util.GetGPUSchedulerPolicyByPod`` (pkg/util/util.go): the annotation's value
     if present, else ``--gpu-scheduler-policy`` (the chart's default, spread). Comma lists and
     ``topology-aware``/``mutex``/``numa`` (``gpuSortKeyChain``, pkg/scheduler/policy/gpu_policy.go)
-    are not simulated (testbed/simulate.py).
+    are not simulated (testbed/hami/simulate.py).
     """
     value = ((pod["metadata"].get("annotations") or {}).get(ann.POD_GPU_SCHEDULER_POLICY) or "spread").strip()
     for policy in POLICIES:
@@ -45,7 +45,7 @@ def gpu_policy(pod: dict[str, Any]) -> Policy | None:
 class AllocationStandIn:
     """With ``choose_gpus``, it also allocates unpinned pods: on the node kube-scheduler bound them
     to, it picks GPUs the way HAMi's Fit does, using the shared model's simulator
-    (testbed/simulate.py), with the pod's own ``hami.io/gpu-scheduler-policy`` as HAMi
+    (testbed/hami/simulate.py), with the pod's own ``hami.io/gpu-scheduler-policy`` as HAMi
     reads it (``util.GetGPUSchedulerPolicyByPod``, pkg/util/util.go), else HAMi's chart default
     (spread). That lets tests build the scattered layouts a long-running HAMi cluster has through
     HAMi's own per-pod means, so the same layout comes out when the real HAMi allocates.

@@ -6,8 +6,8 @@ without a Docker engine, debootstrap to make its base image from Debian's own pa
 skopeo to read an image back, and chromium to render `plan --report` files. One place installs
 them (`make testbed-build`, `make image`), so a fresh machine gets the same tools as CI.
 
-    python -m testbed.debian_packages image browser     # install what is missing, say what was done
-    python -m testbed.debian_packages --strict image    # and exit 1 if that cannot be done
+    python -m toolchain.debian_packages image browser     # install what is missing, say what was done
+    python -m toolchain.debian_packages --strict image    # and exit 1 if that cannot be done
 
 Without --strict (`make testbed-build`) a machine that cannot install them (not root) only warns:
 the tests that need a tool then say which (and fail under CI=true).
@@ -26,7 +26,7 @@ GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("podman", "podman"),
         ("buildah", "buildah"),
         ("crun", "crun"),
-        ("runc", "runc"),  # where crun refuses the cgroup layout (testbed/podman.py host_flags)
+        ("runc", "runc"),  # where crun refuses the cgroup layout (testbed/agents/podman.py host_flags)
         ("debootstrap", "debootstrap"),
         ("umoci", "umoci"),
         ("skopeo", "skopeo"),

@@ -1,7 +1,7 @@
 """Agent replicas run as local processes behind one webhook registration, for tests and benchmarks.
 
 An `AgentSet` serves the namespaces labelled ``hami-place-agent=<label>``: it starts the agents,
-registers the chart's webhooks for that label (testbed/webhooks.py), waits until the API server
+registers the chart's webhooks for that label (testbed/agents/webhooks.py), waits until the API server
 calls them, and creates namespaces it serves. `create_placement` waits until every agent serving
 the namespace has the new placement cached.
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from hami_place_core import placement as hp
-from testbed.agent_process import AgentProcess, RoundRobinProxy
-from testbed.certs import CertificateAuthority
-from testbed.cluster import TestBed
-from testbed.placements import placement
-from testbed.tokens import admin_token
-from testbed.webhooks import register_webhooks, unregister_webhooks, webhook_configs
+from testbed.agents.agent_process import AgentProcess, RoundRobinProxy
+from testbed.agents.tokens import admin_token
+from testbed.agents.webhooks import register_webhooks, unregister_webhooks, webhook_configs
+from testbed.controlplane.certs import CertificateAuthority
+from testbed.controlplane.cluster import TestBed
+from testbed.data.placements import placement
 
 _SETS: dict[str, AgentSet] = {}  # namespace label value -> the running agent set serving it
 

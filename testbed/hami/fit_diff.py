@@ -34,9 +34,9 @@ from typing import Any
 from hami_place_core import annotations as ann
 from hami_place_core.requests import PodRequest, pod_request
 from hami_place_core.state import ClusterState, build_state
-from testbed.fit_cases import FitCase, generate, node_manifest, pod_manifest, preloaded_manifest
-from testbed.fit_probe import HamiAnswer
-from testbed.simulate import Policy, Simulator, fit_on_node
+from testbed.hami.fit_cases import FitCase, generate, node_manifest, pod_manifest, preloaded_manifest
+from testbed.hami.fit_probe import HamiAnswer
+from testbed.hami.simulate import Policy, Simulator, fit_on_node
 
 KINDS = ("webhook", "node-fit", "node", "gpus", "shares", "encoding", "probe")
 Shares = tuple[tuple[tuple[str, int, int], ...], ...]  # per GPU container: (uuid, MiB, cores)
@@ -193,7 +193,7 @@ def rejudge(path: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.fit_diff", description=rejudge.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testbed.hami.fit_diff", description=rejudge.__doc__)
     parser.add_argument("answers", type=Path, nargs="+", help="fit-differential-seed*-hami.json files")
     args = parser.parse_args(argv)
     for path in args.answers:

@@ -17,9 +17,9 @@ from typing import Any
 
 from hami_place_core import annotations as ann
 from hami_place_core.annotations import NVIDIA_DEVICE_TYPE, ContainerDevice, GpuDevice
-from testbed.simulate import gpu_uuid
+from testbed.hami.simulate import gpu_uuid
 
-# (registered type, MiB): types as HAMi's plugin writes them (testbed/gpu_nodes.py says why).
+# (registered type, MiB): types as HAMi's plugin writes them (testbed/data/gpu_nodes.py says why).
 MODELS = (
     ("NVIDIA A100-SXM4-80GB", 81920),
     ("NVIDIA-Tesla V100-SXM2-32GB", 32768),

@@ -2,7 +2,7 @@
 
 The agent is started exactly as in a pod (``python -m agent`` with HAMI_PLACE_* variables),
 serving TLS on 127.0.0.1 with a certificate from its own CA. The webhook configurations (the
-chart's, testbed/webhooks.py) point at it with ``clientConfig.url``. With several replicas, a
+chart's, testbed/agents/webhooks.py) point at it with ``clientConfig.url``. With several replicas, a
 round-robin TCP proxy (TLS passes through) stands in for the Service, so the API server's calls
 really are spread over them.
 """
@@ -20,11 +20,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from testbed.certs import CertificateAuthority
-from testbed.cluster import WEBHOOK_CLIENT_CN
-from testbed.processes import Process, StartupError, free_port, wait_until
+from testbed.controlplane.certs import CertificateAuthority
+from testbed.controlplane.cluster import WEBHOOK_CLIENT_CN
+from testbed.controlplane.processes import Process, StartupError, free_port, wait_until
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class AgentProcess:

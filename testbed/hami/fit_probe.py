@@ -1,6 +1,6 @@
 """Ask the real HAMi scheduler where a case's pod fits: its extender ``filter`` endpoint, directly.
 
-For a batch of cases (testbed/fit_cases.py) the probe creates every case's nodes and preloaded pods,
+For a batch of cases (testbed/hami/fit_cases.py) the probe creates every case's nodes and preloaded pods,
 waits until HAMi's ``RegisterFromNodeAnnotations`` loop has registered the nodes, then per
 case creates the pod (HAMi's webhook mutates it; a node selector that matches nothing keeps
 kube-scheduler from calling HAMi itself) and POSTs ``ExtenderArgs`` with ``NodeNames`` (the chart
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_place_core import annotations as ann
-from testbed.cluster import TestBed
-from testbed.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_manifest
+from testbed.controlplane.cluster import TestBed
+from testbed.hami.fit_cases import FitCase, node_manifest, pod_manifest, preloaded_manifest
 
 # HAMi getNodesUsage's reasons for a node it has not registered yet, or registered between listing
 # the nodes and looking this one up (pkg/scheduler/scheduler.go): asked again, they are transient.

@@ -8,7 +8,7 @@ encoder from the domain model, for pods no scheduler places: fixtures whose ``sp
 set (HAMi's webhook refuses such pods, and no Filter runs for them), read by the cache, ``inspect``
 and the planner as a finished allocation. A test that needs HAMi to place a pod makes it with
 ``pinned_pod`` instead (HAMi's own ``nvidia.com/use-gpuuuid``), so the same test holds whoever
-allocates (testbed/allocation.py).
+allocates (testbed/hami/allocation.py).
 """
 
 from __future__ import annotations

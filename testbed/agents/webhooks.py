@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from testbed.chart import render_chart
+from testbed.controlplane.chart import render_chart
 
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 LOCAL_FIELDS = ("clientConfig",)  # the only webhook field a local agent changes
