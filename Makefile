@@ -42,7 +42,7 @@ unit: install ## Pure-logic tests only (no control plane)
 	$(BIN)/pytest tests/unit -q
 
 test: testbed-build lint typecheck ## Everything CI runs: lint, mypy and all tests on the real test bed
-	$(BIN)/python -m testbed.debian_packages image browser  # podman for the image tests, Chromium for plan --report
+	$(BIN)/python -m toolchain.debian_packages image browser  # podman for the image tests, Chromium for plan --report
 	$(BIN)/pytest -q
 
 test-hami: testbed-build ## The HAMi tier: tests that cross HAMi, with the real scheduler HAMI_SCHEDULER_BIN names
@@ -50,27 +50,27 @@ test-hami: testbed-build ## The HAMi tier: tests that cross HAMi, with the real 
 	CI=$${CI:-true} $(BIN)/pytest -q -m "hami or hami_only"
 
 bench-model: install ## Benchmark decode + aggregate at 5,000 nodes x 8 GPUs and 100,000 pods
-	$(BIN)/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
+	$(BIN)/python -m bench.model_bench --nodes 5000 --gpus 8 --pods 100000 --repeat 3
 
 bench-planner: install ## The planner's evaluation: every openb list x 3 cuts x 2 departure seeds (docs/planner.md, All lists)
-	$(BIN)/python bench/planner_bench.py --all-lists --json build/planner-all-lists.json
+	$(BIN)/python -m bench.planner_bench --all-lists --json build/planner-all-lists.json
 
 binary: install ## Build the plugin binary (PyInstaller onedir) into build/dist/kubectl-hami_place/
 	$(BIN)/pyinstaller --noconfirm --log-level=WARN --distpath build/dist --workpath build/work release/kubectl-hami_place.spec
 	build/dist/kubectl-hami_place/kubectl-hami_place selftest
 
 release: binary ## Pack the binary with LICENSE into dist/ (a release archive for this OS/arch)
-	$(BIN)/python release/release.py archive
+	$(BIN)/python -m release.release archive
 
 image: install ## Build the agent image with podman from ./Dockerfile on a debootstrap-made Debian base (docs/release.md)
-	$(BIN)/python release/image.py build
+	$(BIN)/python -m release.image build
 
 release-all: release ## Build into dist/ what this machine can of a release (archive, chart, krew manifest, image); CI builds the rest
-	$(BIN)/python release/release.py local
+	$(BIN)/python -m release.release local
 
 docs: install ## Regenerate docs/cli.md from the CLI and the state diagram in docs/architecture.md
-	$(BIN)/python release/cli_reference.py
-	$(BIN)/python release/architecture_diagram.py
+	$(BIN)/python -m release.cli_reference
+	$(BIN)/python -m release.architecture_diagram
 
 demo: testbed-build ## Live tour: test bed + 12 GPU nodes + agent, then inspect, pin and move --evict (leaves it up)
 	$(BIN)/python -m testbed.demo
@@ -79,7 +79,7 @@ demo-down: ## Stop the demo (agent, stand-in, test bed)
 	$(BIN)/python -m testbed.demo --down
 
 bench-startup: binary testbed-build ## Cold-start benchmark of the binary vs kubectl (docs/benchmarks.md)
-	$(BIN)/python bench/startup_bench.py
+	$(BIN)/python -m bench.startup_bench
 
 clean: ## Remove the venv and caches (not the test-bed binary cache)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -5,7 +5,7 @@ defaults, no departures) and cached as gzip JSON (the node and pod objects) unde
 a replay takes about a minute of CPU and the bounds take less. Then, per state: the type-blind bound
 (``type_aware=False``), the type-aware one, whether each is proven, and the CPU seconds of each.
 
-    .venv/bin/python bench/bound_bench.py --pods gpushare40,gpuspec10 --cut 0.99
+    .venv/bin/python -m bench.bound_bench --pods gpushare40,gpuspec10 --cut 0.99
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hami_place_core.planning.bounds import counted_gpus, l2_bound, pattern_bound
 from hami_place_core.state import ClusterState, build_state
@@ -34,7 +32,7 @@ def cached_objects(pods: str, cut: float, cache: Path) -> tuple[list[dict[str, A
         with gzip.open(path, "rt") as f:
             data = json.load(f)
         return data["nodes"], data["pods"]
-    from testbed import openb as replay
+    from testbed.data import openb as replay
 
     nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
     trace = replay.load_pods(replay.pod_list_path(pods))

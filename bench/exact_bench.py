@@ -1,8 +1,8 @@
 """Benchmark the exact planner's work limit on random subsets of replayed openb states.
 
-    PYTHONPATH=. .venv/bin/python bench/exact_bench.py                     # default lists, auto and exact
-    PYTHONPATH=. .venv/bin/python bench/exact_bench.py --lists gpuspec25 --subsets 20 --solvers auto
-    PYTHONPATH=. .venv/bin/python bench/exact_bench.py --cache-only        # only replay and cache the states
+    PYTHONPATH=. .venv/bin/python -m bench.exact_bench                     # default lists, auto and exact
+    PYTHONPATH=. .venv/bin/python -m bench.exact_bench --lists gpuspec25 --subsets 20 --solvers auto
+    PYTHONPATH=. .venv/bin/python -m bench.exact_bench --cache-only        # only replay and cache the states
 
 States: each openb pod list (``$OPENB_DIR``, default /work/shared/data/openb) replayed with no
 departures to cut 0.99 (docs/openb.md), as bench/planner_bench.py does. A replay takes about a
@@ -33,9 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.planner_bench import CACHE_DIR, reference_ms, replayed_states
+from bench.planner_bench import reference_ms
+from bench.planner_states import CACHE_DIR, replayed_states
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.planning import exact as exact_planner
 from hami_place_core.planning.bounds import restrict

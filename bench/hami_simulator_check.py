@@ -1,15 +1,15 @@
 """The simulator checked against the real HAMi scheduler, pod by pod, on a slice of an openb trace.
 
-    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python bench/hami_simulator_check.py \\
+    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python -m bench.hami_simulator_check \\
         --record /tmp/simcheck.json --judge /tmp/simcheck.json
 
-``--record`` puts ~20 openb nodes on the test bed (``testbed.openb.node_spec``: the same GPU
+``--record`` puts ~20 openb nodes on the test bed (``testbed.data.openb.node_spec``: the same GPU
 registration, CPU and memory as the replay's nodes) with the real HAMi scheduler as the
 ``hami-scheduler`` extender (docs/testing.md, HAMi mode), submits N GPU tasks of a trace list one at
 a time as the replay does (``pod_object``: HAMi's webhook then admits them) and records where HAMi
 put each one, or that it could place it nowhere (the pod is then deleted, as the replay drops it).
 
-``--judge`` replays the record through ``testbed/simulate.py`` step by step from HAMi's own
+``--judge`` replays the record through ``testbed/hami/simulate.py`` step by step from HAMi's own
 state: before pod k the simulator's cluster holds exactly the pods HAMi bound before it, where HAMi
 bound them. It compares the node and, on HAMi's node, the GPUs. Tie-aware: HAMi scores nodes in
 goroutines and sorts them, so among nodes of equal score its choice is arbitrary
@@ -42,18 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from hami_place_core import annotations as ann
 from hami_place_core.node_resources import pod_requests
 from hami_place_core.requests import pod_request
 from hami_place_core.state import ClusterState, build_state
-from testbed import openb as ob
-from testbed import simulate
-from testbed.allocation import real_hami
-from testbed.cluster import TestBed
-from testbed.hami import NODE_LOCK, scheduler_binary
-from testbed.simulate import Simulator, apply, fit_on_node, gpu_score
+from testbed.controlplane.cluster import TestBed
+from testbed.data import openb as ob
+from testbed.hami import simulate
+from testbed.hami.allocation import real_hami
+from testbed.hami.scheduler import NODE_LOCK, scheduler_binary
+from testbed.hami.simulate import Simulator, apply, fit_on_node, gpu_score
 
 POD_TIMEOUT = 60.0
 
@@ -161,7 +159,7 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
     bed.start()
     started = time.monotonic()
     try:
-        core = client.CoreV1Api(bed.api_client())
+        core: Any = client.CoreV1Api(bed.api_client())  # untyped: the client takes plain dicts
         core.create_namespace({"metadata": {"name": ob.NAMESPACE}})
         wait_hami_sees_nodes(core, [s.name for s in specs])
         # The nodes as HAMi read them (Ready, as kwok keeps them): the judge builds its state from these.
@@ -281,7 +279,7 @@ def judge(doc: dict[str, Any]) -> list[Verdict]:
 def float64_scores() -> Iterator[None]:
     """The model's score formulas without the float32 rounding (a probe, never the model)."""
     saved = simulate.f32
-    simulate.f32 = float
+    simulate.f32 = float  # type: ignore[assignment]  # the probe swaps the rounding out for a while
     try:
         yield
     finally:

@@ -1,7 +1,7 @@
 """Benchmark ``make_room`` (making room for one pending pod) on replayed openb states.
 
-    nice -n 10 .venv/bin/python bench/make_room_bench.py --json /tmp/make-room.json     # about 10 minutes
-    nice -n 10 .venv/bin/python bench/make_room_bench.py --subsets 2 --states example   # quick
+    nice -n 10 .venv/bin/python -m bench.make_room_bench --json /tmp/make-room.json     # about 10 minutes
+    nice -n 10 .venv/bin/python -m bench.make_room_bench --subsets 2 --states example   # quick
 
 The pending pod asks for 2, 4 and 8 whole GPUs (``--sizes``; ``gpus=N``: all the memory, so HAMi's
 webhook gives it all the cores: an exclusive request, each GPU unused). States (``--states``): the
@@ -11,7 +11,7 @@ shipped 1,213-node example and openb replays cached by ``bench/planner_bench.py`
 **Quality (16-node subsets).** Per state and size, ``--subsets`` random sets of ``--subset-nodes``
 nodes drawn (seeded) from the nodes where the pod does not fit now, with at least one node of
 ``N`` or more GPUs: every instance needs moves. On each, ``make_room``'s moves against the fewest
-moves of the MILP (``testbed.room_milp.fewest_moves``: every movable pod's end, the node rows and
+moves of the MILP (``testbed.reference.room_milp.fewest_moves``: every movable pod's end, the node rows and
 budgets, order ignored, so a lower bound on any valid plan; HiGHS to a gap of 0 within
 ``--milp-seconds``). The MILP's first optimum may have no valid order (pods of full
 nodes trading places); such assignments are cut off and it solves again (``room_milp``): "settled"
@@ -43,9 +43,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.planner_bench import CACHE_DIR, REF_NOMINAL_MS, load_state, machine, reference_ms, replayed_states
+from bench.planner_bench import REF_NOMINAL_MS, machine, reference_ms
+from bench.planner_states import CACHE_DIR, load_state, replayed_states
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.fit import gpu_fit_reason
 from hami_place_core.planning import PlanOptions, check_moves
@@ -53,7 +52,7 @@ from hami_place_core.planning.bounds import restrict
 from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
-from testbed.room_milp import fewest_moves
+from testbed.reference.room_milp import fewest_moves
 
 DEFAULT_STATES = (
     "example",

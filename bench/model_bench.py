@@ -1,6 +1,6 @@
 """Benchmark: decode + aggregate a large HAMi cluster with the domain model.
 
-    .venv/bin/python bench/model_bench.py --nodes 5000 --gpus 8 --pods 100000 --repeat 3
+    .venv/bin/python -m bench.model_bench --nodes 5000 --gpus 8 --pods 100000 --repeat 3
 
 Input is generated deterministically (seeded): v2.10 JSON register annotations, and pods whose
 ``hami.io/vgpu-devices-allocated`` is written with the model's own encoder, 1-4 shares per GPU,
@@ -31,11 +31,11 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from hami_place_core.annotations import ContainerDevice, GpuDevice, encode_pod_devices, encode_register_json
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.state import build_state
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def generate(nodes: int, gpus: int, pods: int, seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -162,7 +162,11 @@ def main() -> None:
 
     def run(mode: str) -> dict[str, Any]:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(path), "--mode", mode], capture_output=True, text=True, check=True
+            [sys.executable, "-m", "bench.model_bench", "--child", str(path), "--mode", mode],
+            cwd=ROOT,  # where `bench` is importable
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return dict(json.loads(out.stdout))
 

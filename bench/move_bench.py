@@ -1,13 +1,13 @@
 """Benchmark: how long a move takes on the test bed, from placement creation to the replacement
 Running on the target GPUs, broken down by step; median over N moves.
 
-    .venv/bin/python bench/move_bench.py --moves 20
+    .venv/bin/python -m bench.move_bench --moves 20
 
-    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python bench/move_bench.py --moves 20
-    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python bench/move_bench.py --moves 10 --alternate 3
+    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python -m bench.move_bench --moves 20
+    HAMI_SCHEDULER_BIN=/path/to/scheduler .venv/bin/python -m bench.move_bench --moves 10 --alternate 3
 
 Starts a test bed (4 fake A100 nodes + 2 target nodes) and one agent. Who allocates is decided as
-everywhere on the test bed (testbed/allocation.py ``start_allocator``): without
+everywhere on the test bed (testbed/hami/allocation.py ``start_allocator``): without
 ``HAMI_SCHEDULER_BIN`` the labelled stand-in writes HAMi's allocation; with it, the real HAMi
 scheduler is the ``hami-scheduler`` extender, so its Filter and Bind (and the post-bind step) are in
 every move's path. ``--alternate N`` runs N sessions of each mode in turn (stand-in, HAMi, ...) in
@@ -26,29 +26,26 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed.agent_process import AgentProcess
-from testbed.allocation import Allocator, start_allocator
-from testbed.certs import CertificateAuthority
-from testbed.cluster import TestBed
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec, uniform_nodes
-from testbed.hami import ENV as HAMI_ENV
-from testbed.waiting import wait_for
-from testbed.webhooks import register_webhooks, webhook_configs
-from testbed.workloads import deployment
+from testbed.agents.agent_process import AgentProcess
+from testbed.agents.webhooks import register_webhooks, webhook_configs
+from testbed.controlplane.certs import CertificateAuthority
+from testbed.controlplane.cluster import TestBed
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import NodeSpec, uniform_nodes
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import Allocator, start_allocator
+from testbed.hami.scheduler import ENV as HAMI_ENV
 
 STEPS = ("evicting", "evicted", "claimed", "bound", "running", "completed")
 
@@ -66,7 +63,8 @@ def machine() -> str:
 
 
 def one_move(api: Any, ns: str, i: int, victim: str, target: NodeSpec, gpu: int) -> dict[str, float]:
-    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)  # untyped: the client takes plain dicts
+    core: Any = client.CoreV1Api(api)
     body = {
         "apiVersion": hp.API_VERSION,
         "kind": hp.KIND,
@@ -170,7 +168,8 @@ def session(moves: int, label: str) -> list[dict[str, float]]:
         api = bed.api_client()
         install_crd(api)
         agent = _start_agent(api, bed, work)
-        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        core: Any = client.CoreV1Api(api)  # untyped: the client takes plain dicts
+        apps: Any = client.AppsV1Api(api)
         ns = "bench"
         core.create_namespace({"metadata": {"name": ns, "labels": {"hami-place-agent": "bench"}}})
         wait_for("default SA", lambda: core.list_namespaced_service_account(ns).items, 30)

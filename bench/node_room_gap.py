@@ -10,7 +10,7 @@ planner's handling of node room, not its packing of GPU shares (docs/planner.md,
 States come from bench/planner_bench.py's cache (``--cache-dir``, default /tmp/hami-place-bench;
 a missing state is replayed, about a minute of CPU each):
 
-    .venv/bin/python bench/node_room_gap.py --lists gpushare40,gpuspec25 --cuts 0.95,0.99 --seeds 1,2
+    .venv/bin/python -m bench.node_room_gap --lists gpushare40,gpuspec25 --cuts 0.95,0.99 --seeds 1,2
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.planner_bench import CACHE_DIR, all_lists, departure_seeds, ffd_repack, freed_by, replayed_states
+from bench.planner_bench import freed_by
+from bench.planner_states import CACHE_DIR, all_lists, departure_seeds, replayed_states
 from hami_place_core.fragmentation import mix_from_state
 from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.state import ClusterState
+from testbed.reference.planner_baselines import ffd_repack
 
 
 def without_node_room(state: ClusterState) -> ClusterState:

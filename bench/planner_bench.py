@@ -1,13 +1,13 @@
 """Benchmark the defragmentation planner against baselines and bounds on replayed openb states.
 
-    .venv/bin/python bench/planner_bench.py                       # full run (about 10 minutes)
-    .venv/bin/python bench/planner_bench.py --cuts 0.99 --milp-instances 0 --no-frontier   # quick
-    .venv/bin/python bench/planner_bench.py --all-lists --json all.json     # the evaluation (issue 22)
-    .venv/bin/python bench/planner_bench.py --all-lists --subsets-only --seed 2   # its MILP subsets, another draw
+    .venv/bin/python -m bench.planner_bench                       # full run (about 10 minutes)
+    .venv/bin/python -m bench.planner_bench --cuts 0.99 --milp-instances 0 --no-frontier   # quick
+    .venv/bin/python -m bench.planner_bench --all-lists --json all.json     # the evaluation (issue 22)
+    .venv/bin/python -m bench.planner_bench --all-lists --subsets-only --seed 2   # its MILP subsets, another draw
 
 ``--all-lists``: every ``openb_pod_list_*.csv`` in ``$OPENB_DIR`` at cuts 0.95, 0.99 and 1.0
 (``--cuts``), replayed with departure seeds 1 and 2 (``--seeds``; 0: no departures; each seed lets
-a seeded tenth of the tasks leave, testbed/openb.py; lists without times have no departures and are
+a seeded tenth of the tasks leave, testbed/data/openb.py; lists without times have no departures and are
 replayed once, as seed 0), in one table: whole GPUs free before; GPUs freed and moves of the
 planner, best-fit greedy and the FFD prefix (the FFD repack's moves in the greedy order, up to
 where it deadlocks, each checked when made); ``type_bound`` and the planner's share of it; moves
@@ -60,7 +60,6 @@ Every baseline checks node room for its moves as the planner does. Methods:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import os
@@ -68,29 +67,32 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hami_place_core.fit import GpuUsage, add_usage, gpu_fit_reason
-from hami_place_core.fragmentation import FitTable, WorkloadMix, cluster_metrics, mix_from_state, node_metrics
-from hami_place_core.node_resources import Resources
-from hami_place_core.planning import Move, Plan, PlanOptions, apply_moves, check_moves, copy_state, plan
+from bench.planner_report import (
+    EFFICIENT,
+    LIMIT_SECONDS,
+    TARGET_SHARE,
+    all_lists_table,
+    merge_reports,
+    print_all_lists,
+    table,
+)
+from bench.planner_states import CACHE_DIR, all_lists, departure_seeds, replayed_states, type_constrained
+from hami_place_core.fit import gpu_fit_reason
+from hami_place_core.fragmentation import WorkloadMix, cluster_metrics, mix_from_state
+from hami_place_core.planning import Move, Plan, PlanOptions, apply_moves, check_moves, plan
 from hami_place_core.planning.bounds import l2_bound, most_gain_at_rate, move_frontier, pattern_bound, restrict
-from hami_place_core.planning.constraints import constraint_signature, immovable_reason, node_refusal, node_schedulable
 from hami_place_core.planning.milp_bounds import MilpResult, milp_bound, node_room_bound
-from hami_place_core.requests import GpuRequest
 from hami_place_core.state import ClusterState, build_state
-from testbed import openb as replay
-from testbed.simulate import Simulator, fit_on_node
+from testbed.data import openb as replay
+from testbed.reference.planner_baselines import ffd_repack, fragmentation_aware, high_node_utilization, random_moves
 
 CUTS = (0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
-EFFICIENT = 1.3  # moves per freed GPU for the prefix row
-TARGET_SHARE = 0.92  # the issue's target: this share of the bound's gain at most EFFICIENT moves per GPU
-LIMIT_SECONDS = 2.0  # the issue's target: the planner's time on the full cluster
 # --all-lists: the evaluation of issue 22.
 ALL_CUTS = (0.95, 0.99, 1.0)
 ALL_SEEDS = (1, 2)  # departure seeds of the replay; 0 means no departures
@@ -98,7 +100,6 @@ TYPED_GAIN = 1.25  # the target on type-constrained (gpuspec) lists: this many t
 # The reference loop's reading (ms) the 2 s limit is taken at: the middle of the 15.5-17.2 ms it
 # read during the recorded gpushare40 run of docs/planner.md, where the planner took 0.66-0.99 s.
 REF_NOMINAL_MS = 16.5
-CACHE_DIR = Path("/tmp/hami-place-bench")  # noqa: S108 (scratch copies of public replays)
 
 
 def reference_ms() -> float:
@@ -124,438 +125,6 @@ class Result:
     note: str = ""
     freed: int = 0
     fgd_after: float = 0.0
-
-
-# ---- a small mutable view of a state for the baselines ---------------------------------------------
-@dataclass
-class View:
-    """GPUs by UUID with their usage; pods by key with their GPUs; movability and node checks."""
-
-    state: ClusterState
-    usage: dict[str, GpuUsage] = field(default_factory=dict)
-    node_of: dict[str, str] = field(default_factory=dict)
-    at: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    movable: list[str] = field(default_factory=list)
-    refusals: dict[tuple[str, str], bool] = field(default_factory=dict)
-    moves: list[Move] = field(default_factory=list)
-    moved: set[str] = field(default_factory=set)
-    room: dict[str, Resources] = field(default_factory=dict)  # node -> CPU/memory/pod slots left
-
-    def requests(self, key: str) -> Resources:
-        return self.state.requests_of(key)
-
-    @classmethod
-    def of(cls, state: ClusterState, options: PlanOptions) -> View:
-        v = cls(state)
-        for name in sorted(state.nodes):
-            n = state.nodes[name]
-            free = state.free_resources(name)
-            if free is not None:
-                v.room[name] = free
-            for d in n.devices:
-                v.usage[d.uuid] = n.usage[d.uuid].copy()
-                v.node_of[d.uuid] = name
-        for key in sorted(state.pods):
-            a = state.pods[key]
-            v.at[key] = tuple(sorted(a.per_gpu))
-            req = a.request.gpu_containers
-            if (
-                immovable_reason(a, options.excluded_namespaces, state.problems) is None
-                and len(req) == 1
-                and req[0].nums == 1
-                and req[0].coresreq < 100
-                and req[0].mem_percentage != 100
-            ):
-                v.movable.append(key)
-        return v
-
-    def req(self, key: str) -> GpuRequest:
-        return self.state.pods[key].request.gpu_containers[0]
-
-    def device(self, uuid: str) -> Any:
-        return self.state.nodes[self.node_of[uuid]].by_uuid(uuid)
-
-    def fits(self, key: str, uuid: str) -> bool:
-        a = self.state.pods[key]
-        node = self.node_of[uuid]
-        ok = self.refusals.get((key, node))
-        if ok is None:
-            ok = self.refusals[(key, node)] = node_refusal(a, self.state.nodes[node]) is None
-        if not ok or uuid in self.at[key] or not self.room_for_at(key, self.node_of[self.at[key][0]], node):
-            return False
-        d = self.device(uuid)
-        cordoned = self.state.nodes[node].cordoned
-        return gpu_fit_reason(self.req(key), d, self.usage[uuid], a.request.selectors, cordoned) is None
-
-    def shift(self, key: str, uuid: str, sign: int) -> None:
-        r, d, u = self.req(key), self.device(uuid), self.usage[uuid]
-        u.used += sign
-        u.usedmem += sign * r.memory_on(d.devmem)
-        u.usedcores += sign * r.coresreq
-
-    def move(self, key: str, uuid: str, reason: str) -> None:
-        a = self.state.pods[key]
-        self.take_room(key, self.node_of[self.at[key][0]], self.node_of[uuid])
-        for old in self.at[key]:
-            self.shift(key, old, -1)
-        self.shift(key, uuid, +1)
-        self.at[key] = (uuid,)
-        self.moved.add(key)
-        d = self.device(uuid)
-        origin = [self.state.nodes[a.node].by_uuid(u) for u in a.per_gpu]
-        self.moves.append(
-            Move(
-                pod=key,
-                workload=f"{a.namespace}/{a.owner_kind}/{a.owner_name}" if a.owner_kind else None,
-                from_node=a.node,
-                from_gpus=tuple(sorted(g.index for g in origin if g is not None)),
-                to_node=self.node_of[uuid],
-                to_gpus=(d.index,),
-                to_uuids=(uuid,),
-                reason=reason,
-            )
-        )
-
-    def room_for_at(self, key: str, here: str, node: str) -> bool:
-        """kube-scheduler's NodeResourcesFit, as the planner checks it: a pod moving in needs room."""
-        free = self.room.get(node)
-        return node == here or free is None or free.covers(self.requests(key))
-
-    def take_room(self, key: str, here: str, there: str) -> None:
-        if here != there:
-            if here in self.room:
-                self.room[here] = self.room[here] + self.requests(key)
-            if there in self.room:
-                self.room[there] = self.room[there] - self.requests(key)
-
-    def countable(self, uuid: str) -> bool:
-        n = self.state.nodes[self.node_of[uuid]]
-        d = self.device(uuid)
-        return node_schedulable(n) and d.health and uuid not in n.cordoned
-
-
-# ---- baselines --------------------------------------------------------------------------------------
-def high_node_utilization(state: ClusterState, options: PlanOptions, threshold: float = 0.5) -> list[Move]:
-    v = View.of(state, options)
-    movable = set(v.movable)
-    by_node: dict[str, list[str]] = {}
-    for name in sorted(state.nodes):
-        by_node[name] = [u for u in v.usage if v.node_of[u] == name]
-
-    def util(name: str) -> float:
-        total = sum(v.device(u).devcore for u in by_node[name])
-        return sum(v.usage[u].usedcores for u in by_node[name]) / total if total else 1.0
-
-    under = sorted((n for n in by_node if by_node[n] and 0 < util(n) < threshold), key=lambda n: (util(n), n))
-    drained = set(under)
-    for name in under:
-        for key in sorted(k for k in movable if v.node_of[v.at[k][0]] == name):
-            targets = [n for n in by_node if n not in drained and node_schedulable(state.nodes[n])]
-            targets.sort(key=lambda n: (-util(n), n))  # MostAllocated
-            placed = False
-            for t in targets:
-                gpus = sorted(by_node[t], key=lambda u: (-v.usage[u].usedcores, u))  # binpack within the node
-                for u in gpus:
-                    if v.fits(key, u):
-                        v.move(key, u, f"drain under-used node {name}")
-                        placed = True
-                        break
-                if placed:
-                    break
-    return v.moves
-
-
-def fragmentation_aware(state: ClusterState, options: PlanOptions, mix: WorkloadMix, cycles: int = 20) -> list[Move]:
-    work = copy_state(state)
-    sim = Simulator(work, "binpack", "spread")
-    fits = FitTable(mix)
-    v = View.of(state, options)
-    movable = set(v.movable)
-    moves: list[Move] = []
-
-    def fgd(name: str) -> float:
-        return node_metrics(work.nodes[name], mix, fits).fgd
-
-    def shift(key: str, node: str, uuid: str, sign: int) -> None:
-        r = v.req(key)
-        n = work.nodes[node]
-        d = n.by_uuid(uuid)
-        u = n.usage[uuid]
-        u.used += sign
-        u.usedmem += sign * r.memory_on(d.devmem)
-        u.usedcores += sign * r.coresreq
-        sim.invalidate(node)
-
-    where = {k: (state.pods[k].node, v.at[k][0]) for k in movable}
-    moved: set[str] = set()
-    for _ in range(cycles):
-        progress = False
-        for name in sorted(work.nodes):
-            here = [k for k in sorted(movable - moved) if where[k][0] == name]
-            if not here:
-                continue
-            base = fgd(name)
-            best: tuple[float, str] | None = None
-            for k in here:
-                shift(k, name, where[k][1], -1)
-                gain = base - fgd(name)
-                shift(k, name, where[k][1], +1)
-                if best is None or gain > best[0]:
-                    best = (gain, k)
-            if best is None or best[0] <= 0:
-                continue
-            key = best[1]
-            a = state.pods[key]
-            shift(key, name, where[key][1], -1)
-            allowed = [
-                n
-                for n in sim.candidates()
-                if n != name and node_refusal(a, work.nodes[n]) is None and v.room_for_at(key, name, n)
-            ]
-            placed = None
-            for n in allowed:
-                devices = fit_on_node(a.request, work.nodes[n], "spread")
-                if devices is not None:
-                    placed = (n, devices[0][0].uuid)
-                    break
-            if placed is None:
-                shift(key, name, where[key][1], +1)
-                continue
-            target, uuid = placed
-            before = base + fgd(target)
-            after_src = fgd(name)
-            shift(key, target, uuid, +1)
-            after = after_src + fgd(target)
-            if before - after < 0.02:
-                shift(key, target, uuid, -1)
-                shift(key, name, where[key][1], +1)
-                continue
-            d = work.nodes[target].by_uuid(uuid)
-            origin = state.nodes[a.node].by_uuid(next(iter(a.per_gpu)))
-            moves.append(
-                Move(
-                    key,
-                    f"{a.namespace}/{a.owner_kind}/{a.owner_name}",
-                    a.node,
-                    (origin.index,) if origin else (),
-                    target,
-                    (d.index,) if d else (),
-                    (uuid,),
-                    f"FGD -{before - after:.2f}",
-                )
-            )
-            where[key] = (target, uuid)
-            v.take_room(key, name, target)
-            moved.add(key)
-            progress = True
-        if not progress:
-            break
-    return moves
-
-
-def random_moves(state: ClusterState, options: PlanOptions, count: int, seed: int = 1) -> list[Move]:
-    rng = random.Random(seed)
-    v = View.of(state, options)
-    gpus = sorted(u for u in v.usage if v.countable(u))
-    pods = list(v.movable)
-    rng.shuffle(pods)
-    for key in pods:
-        if len(v.moves) >= count:
-            break
-        for u in rng.sample(gpus, min(len(gpus), 64)):
-            if v.usage[u].used > 0 and v.fits(key, u):
-                v.move(key, u, "random")
-                break
-    return v.moves
-
-
-class FirstAtLeast:
-    """Keys in a row; the first position at or after `lo` whose key is at least `need`, in about
-    log n steps (a max segment tree). The FFD repack's first fit asks it for the next bin with
-    enough cores left instead of walking past the full ones one by one."""
-
-    def __init__(self, keys: Sequence[int]) -> None:
-        size = 1
-        while size < len(keys):
-            size *= 2
-        self.size = size
-        self.tree = [-1] * (2 * size)
-        self.tree[size : size + len(keys)] = keys
-        for i in range(size - 1, 0, -1):
-            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
-
-    def set(self, pos: int, key: int) -> None:
-        i = pos + self.size
-        self.tree[i] = key
-        i //= 2
-        while i:
-            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
-            i //= 2
-
-    def first(self, lo: int, need: int) -> int | None:
-        tree = self.tree
-
-        def down(i: int, left: int, right: int) -> int | None:
-            if right <= lo or tree[i] < need:
-                return None
-            if right - left == 1:
-                return left
-            mid = (left + right) // 2
-            found = down(2 * i, left, mid)
-            return found if found is not None else down(2 * i + 1, mid, right)
-
-        return down(1, 0, self.size)
-
-
-def cores_left(d: Any, u: GpuUsage) -> int:
-    """The cores a request may still take on the GPU, or -1 where no request fits at all (every
-    slot taken, or every core: HAMi's Fit then fails whatever the request; docs of gpu_fit_reason)."""
-    if u.used >= d.count or (d.devcore != 0 and u.usedcores >= d.devcore):
-        return -1
-    return int(d.devcore - u.usedcores)
-
-
-def ffd_first_fit(
-    state: ClusterState,
-    v: View,
-    order: Sequence[str],
-    bins: Sequence[str],
-    load: dict[int, GpuUsage],
-    room: dict[str, Resources],
-) -> dict[int, list[str]]:
-    """First fit of `order` into `bins`: each pod into the first bin where node constraints, node
-    room and HAMi's Fit allow it; -1 holds the pods that fit nowhere. Bins without the cores a pod
-    asks for are skipped through FirstAtLeast (too few cores left fails Fit whatever else holds),
-    and node constraints are cached per constraint signature: the same bins as a plain walk."""
-    devices = [v.device(u) for u in bins]
-    nodes = [state.nodes[v.node_of[u]] for u in bins]
-    seek = FirstAtLeast([cores_left(d, load[i]) for i, d in enumerate(devices)])
-    refused: dict[tuple[str, str], bool] = {}
-    content: dict[int, list[str]] = {}
-    for key in order:
-        a = state.pods[key]
-        r = v.req(key)
-        need = v.requests(key)
-        sig = constraint_signature(a)
-        i = seek.first(0, max(r.coresreq, 0))
-        while i is not None:
-            d, node = devices[i], nodes[i]
-            bad = refused.get((sig, node.name))
-            if bad is None:
-                bad = refused[(sig, node.name)] = node_refusal(a, node) is not None
-            if (
-                not bad
-                and (node.name not in room or room[node.name].covers(need))
-                and gpu_fit_reason(r, d, load[i], a.request.selectors, node.cordoned) is None
-            ):
-                if node.name in room:
-                    room[node.name] = room[node.name] - need
-                add_usage(load[i], r, d)
-                seek.set(i, cores_left(d, load[i]))
-                content.setdefault(i, []).append(key)
-                break
-            i = seek.first(i + 1, max(r.coresreq, 0))
-        else:
-            content.setdefault(-1, []).append(key)  # fits nowhere: stays
-    return content
-
-
-def greedy_order(v: View, pending: list[str], final: Mapping[str, str]) -> bool:
-    """Make the moves in the first order found: each round, the first pending move (in the given
-    order) that fits now. Whether all were made (False: deadlock, the moves made are a valid
-    prefix). The same order as rescanning the whole list every round, without the rescans: a move
-    that did not fit can only come to fit once a move frees its target GPU or room on its target
-    node, so after each move only those earlier moves are looked at again."""
-    alive = [True] * len(pending)
-    by_gpu: dict[str, list[int]] = {}
-    by_node: dict[str, list[int]] = {}
-    for i, k in enumerate(pending):
-        by_gpu.setdefault(final[k], []).append(i)
-        by_node.setdefault(v.node_of[final[k]], []).append(i)
-    pos, left = 0, len(pending)
-    while left:
-        found = next((i for i in range(pos, len(pending)) if alive[i] and v.fits(pending[i], final[pending[i]])), None)
-        if found is None:
-            return False
-        key = pending[found]
-        freed = v.at[key]
-        source = v.node_of[freed[0]]
-        v.move(key, final[key], "FFD repack")
-        alive[found] = False
-        left -= 1
-        # Earlier moves that did not fit: only those into a GPU or node this move left may now.
-        again = {i for u in freed for i in by_gpu.get(u, ()) if i < found}
-        if source != v.node_of[final[key]]:
-            again.update(i for i in by_node.get(source, ()) if i < found)
-        pos = next((i for i in sorted(again) if alive[i] and v.fits(pending[i], final[pending[i]])), found)
-    return True
-
-
-# The baseline as the tables in docs/planner.md measured it: the same moves since it was sped up
-# (first fit through FirstAtLeast, the order without rescans; checked on two states before/after).
-def ffd_repack(state: ClusterState, options: PlanOptions) -> tuple[list[Move], bool]:  # noqa: C901
-    v = View.of(state, options)
-    movable = set(v.movable)
-    gpus = sorted(u for u in v.usage if v.countable(u))
-    # What stays: pods that may not move (their usage remains on their GPUs).
-    fixed = {u: v.usage[u].copy() for u in gpus}
-    for key in sorted(movable):
-        for u in v.at[key]:
-            if u in fixed:
-                d = v.device(u)
-                r = v.req(key)
-                fixed[u].used -= 1
-                fixed[u].usedmem -= r.memory_on(d.devmem)
-                fixed[u].usedcores -= r.coresreq
-    # Node room with every movable pod lifted off, as the packing refills it.
-    room = dict(v.room)
-    for key in movable:
-        home = v.node_of[v.at[key][0]]
-        if home in room:
-            room[home] = room[home] + v.requests(key)
-    order = sorted(movable, key=lambda k: (-v.req(k).coresreq, -v.req(k).memory_on(v.device(v.at[k][0]).devmem), k))
-    # Bins: GPUs in use by fixed pods first (their room must be used), then any GPU.
-    bins = sorted(gpus, key=lambda u: (fixed[u].used == 0, u))
-    load = {i: fixed[u].copy() for i, u in enumerate(bins)}
-    content = ffd_first_fit(state, v, order, bins, load, room)
-    # Match each new bin to the old GPU on its node holding most of its pods (fewer moves), greedily;
-    # within the node, so that the node loads the packing checked stay what they are.
-    final: dict[str, str] = {}
-    taken: set[str] = set()
-    pairs = []
-    for i, keys in content.items():
-        if i < 0:
-            for k in keys:
-                final[k] = v.at[k][0]
-            continue
-        votes: dict[str, int] = {}
-        for k in keys:
-            votes[v.at[k][0]] = votes.get(v.at[k][0], 0) + 1
-        for u, n in votes.items():
-            if v.node_of[u] == v.node_of[bins[i]]:
-                pairs.append((-n, i, u))
-    pairs.sort()
-    assigned: dict[int, str] = {}
-    for _, i, u in pairs:
-        if i in assigned or u in taken or fixed[u].used:
-            continue
-        assigned[i] = u
-        taken.add(u)
-    for i in sorted(content):
-        if i < 0:
-            continue
-        target = bins[i] if fixed[bins[i]].used else assigned.get(i)
-        if target is None:
-            same = v.node_of[bins[i]]
-            target = next(u for u in bins if u not in taken and not fixed[u].used and v.node_of[u] == same)
-            taken.add(target)
-        for k in content[i]:
-            final[k] = target
-    # Check node constraints, node room and Fit again for the matched GPU (it may differ from bin i),
-    # and find an order in which every move fits when it is made.
-    pending = sorted((k for k in movable if final[k] != v.at[k][0]), key=lambda k: (-v.req(k).coresreq, k))
-    ok = greedy_order(v, pending, final)
-    return v.moves, ok
 
 
 # ---- running ----------------------------------------------------------------------------------------
@@ -784,9 +353,9 @@ def bench_subsets(
     rows = []
     for i in range(args.milp_instances):
         sub = restrict(state, rng.sample(names, args.milp_nodes))
-        p, secs, cpu = timed_cpu(lambda sub=sub: plan(sub))  # auto: the exact planner runs on 16 nodes
+        p, secs, cpu = timed_cpu(partial(plan, sub))  # auto: the exact planner runs on 16 nodes
         same = again(sub, p) if again else None
-        g, greedy_secs = timed(lambda sub=sub: plan(sub, PlanOptions(solver="greedy")))
+        g, greedy_secs = timed(partial(plan, sub, PlanOptions(solver="greedy")))
         best = milp_bound(sub, time_limit=args.milp_time, start=p.moves)
         reach = direct_optimum(sub, best, p.moves, args.order_time)
         rows.append(
@@ -854,162 +423,12 @@ def bench_subsets(
     }
 
 
-def table(report: dict[str, Any]) -> str:
-    lines = []
-    for s in report["states"]:
-        lines.append(
-            f"\n### cut {s['state']}: whole GPUs free {s['wholeFreeBefore']}, FGD {s['fgdBefore']}; "
-            f"upper bounds on the gain: L2 {s['l2Gain']}, patterns {s['patternGain']}"
-            + (" (proven)" if s["patternProven"] else "")
-            + f", node room {s['boundGain']}"
-            + (" (proven)" if s["boundProven"] else " (solver bound)")
-        )
-        lines.append(
-            "\n| method | GPUs freed | % of node-room bound | % of L2 | moves | moves/GPU | seconds | FGD after "
-            "| valid |"
-        )
-        lines.append("|---|---|---|---|---|---|---|---|---|")
-        for r in s["results"]:
-            opt = s["boundGain"] or 0
-            pct = f"{100 * r['freed'] / opt:.1f}" if opt else "-"
-            pl2 = f"{100 * r['freed'] / s['l2Gain']:.1f}" if s["l2Gain"] else "-"
-            valid = "yes" if r["valid"] else f"no ({r['note']})"
-            lines.append(
-                f"| {r['method']} | {r['freed']} | {pct} | {pl2} | {r['moves']} | {r['movesPerGpu'] or '-'} | "
-                f"{r['seconds']} | {r['fgdAfter']} | {valid} |"
-            )
-        if s["minMovesLp"]:
-            lines.append(
-                "\nLP lower bound on moves for a gain of "
-                + ", ".join(f"{k}: {v}" for k, v in sorted(s["minMovesLp"].items(), key=lambda kv: int(kv[0])))
-            )
-        if "plannerSeconds" in s:
-            lines.append(
-                f"\nPlanner time {s['plannerSeconds']} s, {s['limitRatio']} of the {LIMIT_SECONDS:g} s limit; "
-                f"reference loop just before: {s['referenceMs']} ms"
-            )
-        t = s.get("target")
-        if t and t.get("gain"):
-            lines.append(
-                f"\nTarget check (LP, holds for every plan): {round(100 * TARGET_SHARE)}% of the bound is "
-                f"{t['gain']} GPUs and needs at least {t['minMovesPerGpu']} moves per GPU; at most {EFFICIENT} "
-                f"moves per GPU no plan frees more than {t['mostAtRate']} "
-                f"({100 * t['mostAtRate'] / max(1, s['boundGain']):.1f}% of the bound)"
-            )
-    sub = report.get("subsets")
-    if sub:
-        lines.append(
-            f"\n### MILP on {sub['instances']} random {sub['nodesPerInstance']}-node subsets of cut "
-            f"{report['subsetCut']}: {sub['proven']} proven; planner {sub['plannerFreed']} of "
-            f"{sub['optimumFreed']} GPUs ({100 * (sub['ratio'] or 0):.1f}%), at the optimum on "
-            f"{sub['instancesAtOptimum']}; moves {sub['plannerMoves']} (MILP fewest for its optimum: "
-            f"{sub['milpMinMoves']})"
-        )
-        lines.append(
-            f"\nThe exact planner's plan was used on {sub['exactUsed']} (it frees more than the greedy one); "
-            f"planner time {sub['plannerSecondsTotal']} s in all, at most {sub['plannerSecondsMax']} s. "
-            f"The greedy planner alone (--solver greedy): {sub['greedyFreed']} of {sub['optimumFreed']} GPUs "
-            f"({100 * sub['greedyFreed'] / max(1, sub['optimumFreed']):.1f}%), at the optimum on "
-            f"{sub['greedyAtOptimum']}, {sub['greedyMoves']} moves"
-        )
-        if sub["orderable"]:
-            lines.append(
-                f"\nOn the {sub['orderable']} instances where the MILP's optimum is reachable (a solution of it "
-                f"has a valid order, or the planner's plan reaches it): planner {sub['orderablePlannerFreed']} of "
-                f"{sub['orderableOptimumFreed']} GPUs "
-                f"({100 * sub['orderablePlannerFreed'] / max(1, sub['orderableOptimumFreed']):.1f}%)"
-            )
-        if sub.get("ordered"):
-            lines.append(
-                f"\nOn the {sub['ordered']} instances where the optimum over plans whose moves have a valid order "
-                f"is settled: planner {sub['orderedPlannerFreed']} of {sub['orderedOptimumFreed']} GPUs "
-                f"({100 * sub['orderedPlannerFreed'] / max(1, sub['orderedOptimumFreed']):.1f}%)"
-            )
-    return "\n".join(lines)
-
-
-# ---- --all-lists: every list, cut and departure seed in one table ---------------------------------------
-def all_lists() -> list[str]:
-    """Every pod list in the data directory, by short name (gpushare40, ...)."""
-    return sorted(
-        p.name.removeprefix("openb_pod_list_").removesuffix(".csv")
-        for p in replay.DATA_DIR.glob("openb_pod_list_*.csv")
-    )
-
-
-def list_csv(pod_list: str) -> Path:
-    return replay.DATA_DIR / f"openb_pod_list_{pod_list}.csv"
-
-
-def type_constrained(pod_list: str) -> bool:
-    """The lists where a share of the tasks name their GPU models (gpu_spec)."""
-    return pod_list.startswith("gpuspec")
-
-
 def type_bound(state: ClusterState) -> tuple[int | None, bool]:
     """The upper bound the all-lists table measures the planner against, and whether it is proven:
     the type-aware node-room bound (docs/planner.md, Bounds), run to a gap of 0 within its work
     limit; its wall-clock cap is a safety only (the result then says not proven)."""
     b = node_room_bound(state, PlanOptions())
     return b.gain, b.proven
-
-
-def cache_path(cache_dir: Path, pod_list: str, seed: int, cut: float) -> Path:
-    # The departure share is part of the state, so part of the name: a new default replays afresh.
-    share = f"-share{replay.DEPARTURE_SHARE:g}" if seed else ""
-    return cache_dir / f"{pod_list}-seed{seed}{share}-cut{cut:g}.json.gz"
-
-
-def save_state(path: Path, doc: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with gzip.open(tmp, "wt", compresslevel=1) as f:  # level 1: these are scratch files
-        json.dump(doc, f, separators=(",", ":"))
-    tmp.replace(path)  # a run killed mid-write leaves no half file under the real name
-
-
-def load_state(path: Path) -> tuple[ClusterState, dict[str, Any]]:
-    with gzip.open(path, "rt") as f:
-        doc = json.load(f)
-    return build_state(doc["nodes"], doc["pods"]), doc["summary"]
-
-
-def departure_seeds(pod_list: str, seeds: Sequence[int]) -> list[int]:
-    """The seeds worth replaying: a list without times (multigpu30, multigpu50) has no departures
-    to draw from, so every seed gives the state of seed 0 and it is replayed once, as seed 0."""
-    timed_list = any(p.deletion is not None for p in replay.load_pods(list_csv(pod_list)))
-    return list(seeds) if timed_list else [0]
-
-
-def replayer(pod_list: str, seed: int) -> tuple[replay.Replayer, list[replay.TracePod]]:
-    nodes = replay.load_nodes(replay.DATA_DIR / replay.NODE_LIST)
-    pods = replay.load_pods(list_csv(pod_list))
-    if seed == 0:
-        return replay.Replayer(nodes, pods, departures=False), pods
-    return replay.Replayer(nodes, pods, departure_seed=seed), pods
-
-
-def replayed_states(
-    pod_list: str, seed: int, cuts: Sequence[float], cache_dir: Path
-) -> Iterator[tuple[float, ClusterState, dict[str, Any]]]:
-    """(cut, state, replay summary) in cut order, from the cache, or from one replay advanced
-    through the cuts (a replay to cut 0.99 costs about a minute). Every state is built from the
-    cached JSON, so a run from the cache measures exactly what the run that filled it did."""
-    paths = {c: cache_path(cache_dir, pod_list, seed, c) for c in sorted(cuts)}
-    r: replay.Replayer | None = None
-    trace: list[replay.TracePod] = []
-    for cut, path in paths.items():
-        if not path.exists():
-            if r is None:  # a missing cut needs the replay from the start
-                print(f"{pod_list} seed {seed}: replaying", file=sys.stderr, flush=True)
-                r, trace = replayer(pod_list, seed)
-            r.advance(replay.resolve_cut(trace, cut))
-            pods = r.pod_objects(include_pending=False)
-            save_state(path, {"nodes": r.node_objects, "pods": pods, "summary": r.summary()})
-        elif r is not None:
-            r.advance(replay.resolve_cut(trace, cut))  # keep the replay in step for later cuts
-        state, summary = load_state(path)
-        yield cut, state, summary
 
 
 def planner_cpu(state: ClusterState, repeat: int) -> tuple[Plan, float, float, bool]:
@@ -1103,44 +522,6 @@ def subsets_twice(state: ClusterState, args: argparse.Namespace) -> dict[str, An
     return out
 
 
-def all_lists_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    lines = [
-        "| list | cut | seed | whole free | planner (moves) | greedy | ×greedy | FFD prefix (moves) | type bound "
-        "| % of bound | moves/GPU | CPU s | ×limit | flags |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        bound = f"{r['bound']}" + ("" if r["boundProven"] else "*")
-        share = f"{100 * r['shareOfBound']:.1f}" if r["shareOfBound"] is not None else "-"
-        ffd = f"{r['ffdPrefix']} ({r['ffdMoves']}{'' if r['ffdComplete'] else ', prefix'})"
-        lines.append(
-            f"| {r['list']} | {r['cut']:g} | {r['seed']} | {r['wholeFreeBefore']} | {r['planner']} "
-            f"({r['plannerMoves']}) | {r['greedy']} | {r['vsGreedy'] or '-'} | {ffd} | {bound} | {share} "
-            f"| {r['movesPerGpu'] or '-'} | {r['plannerCpuSeconds']} | {r['limitRatio']} "
-            f"| {', '.join(r['flags']) or 'ok'} |"
-        )
-    return "\n".join(lines)
-
-
-def subsets_table(subsets: Mapping[str, Mapping[str, Any]]) -> str:
-    lines = [
-        "| list | subsets | settled | planner / settled ordered optimum | % | at optimum | greedy | deterministic "
-        "| planner CPU s, max |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, s in subsets.items():
-        got, opt = s["orderedPlannerFreed"], s["orderedOptimumFreed"]
-        pct = f"{100 * got / opt:.1f}" if opt else "-"
-        flag = "" if not opt or got >= 0.95 * opt else " (<95%)"
-        at = sum(1 for r in s["rows"] if r["orderedProven"] and r["planner"] == r["ordered"])
-        same = "yes" if not s["determinismDiffers"] else f"no: {s['determinismDiffers']}"
-        lines.append(
-            f"| {name} | {s['instances']} | {s['ordered']} | {got} / {opt} | {pct}{flag} | {at} "
-            f"| {s['greedyFreed']} | {same} | {s.get('plannerCpuSecondsMax', '-')} |"
-        )
-    return "\n".join(lines)
-
-
 def save_partial(args: argparse.Namespace, report: Mapping[str, Any]) -> None:
     """The report so far, after every row: a long run on a shared machine may be cut short."""
     if args.json:
@@ -1181,32 +562,6 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "load": os.getloadavg(),
     }
-
-
-def print_all_lists(report: Mapping[str, Any]) -> None:
-    print("\n## All lists\n\n" + all_lists_table(report["rows"]))
-    if report["subsets"]:
-        print("\n### MILP subsets\n\n" + subsets_table(report["subsets"]))
-
-
-def merge_reports(paths: Sequence[Path], out: Path | None) -> int:
-    """One table from --all-lists runs split by --lists (run side by side on a shared machine)."""
-    reports = [json.loads(p.read_text()) for p in paths]
-    rows: dict[tuple[str, float, int], dict[str, Any]] = {}
-    for r in reports:  # a run stopped part-way has no cpuSeconds; a state run twice counts once
-        for row in r["rows"]:
-            rows.setdefault((row["list"], row["cut"], row["seed"]), row)
-    merged = {
-        "parts": [{k: v for k, v in r.items() if k not in ("rows", "subsets")} for r in reports],
-        "rows": list(rows.values()),
-        "subsets": {k: v for r in reports for k, v in r["subsets"].items()},
-    }
-    print_all_lists(merged)
-    done = [r["cpuSeconds"] for r in reports if "cpuSeconds" in r]
-    print(f"\nCPU {sum(done):.1f} s in the {len(done)} of {len(reports)} runs that finished")
-    if out:
-        out.write_text(json.dumps(merged, indent=2))
-    return 0
 
 
 def main_all_lists(args: argparse.Namespace, report: dict[str, Any]) -> int:

@@ -1,6 +1,6 @@
 """Benchmark: cold start of the built plugin binary against kubectl, in the same run.
 
-    .venv/bin/python bench/startup_bench.py [--runs 15] [--binary build/dist/kubectl-hami_place/kubectl-hami_place]
+    .venv/bin/python -m bench.startup_bench [--runs 15] [--binary build/dist/kubectl-hami_place/kubectl-hami_place]
 
 Needs the PyInstaller build (``make binary``) and the test-bed binaries (``make testbed-build``).
 Starts a small test bed (3 fake GPU nodes with HAMi's register annotations, the CRD, a few
@@ -24,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from testbed.controlplane.cluster import TestBed
+from toolchain import build
 
-from testbed import build  # noqa: E402
-from testbed.cluster import TestBed  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:

@@ -1,6 +1,6 @@
 """Benchmark: the agent's mutating admission webhook, on the local test bed, against baselines.
 
-    .venv/bin/python bench/webhook_bench.py --duration 10 --connections 16 [--profile]
+    .venv/bin/python -m bench.webhook_bench --duration 10 --connections 16 [--profile]
 
 Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``; the LuaJIT scripts are in
 bench/webhook_lua/) and the test-bed binaries (``make testbed-build``); with ``go`` on PATH it also
@@ -45,606 +45,60 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
-import platform
-import resource
 import secrets
 import shutil
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.webhook_load import (
+    REPO,
+    CpuMeter,
+    Https,
+    WrkRun,
+    agent_metric,
+    api_context,
+    best_of,
+    machine,
+    mutate_count,
+    mutate_seconds,
+    run_wrk,
+    serve_bare,
+    summary_ms,
+    wait_quiet,
+)
+from bench.webhook_objects import (
+    GPUS_PER_NODE,
+    GROUP,
+    NODES,
+    PLURAL,
+    VERSION,
+    admission_review,
+    admitted_pod,
+    compact,
+    nomatch_selector,
+    placement,
+    pod_template,
+    target,
+)
+from bench.webhook_report import report, summarize_profile
 
-LUA_DIR = REPO / "bench" / "webhook_lua"
 # The namespaces the agent serves carry this label (the tests' convention); its webhooks are
 # registered for them only, and its controller acts on them only (HAMI_PLACE_NAMESPACE_SELECTOR).
 BENCH_LABEL, BENCH_VALUE = "hami-place-agent", "bench"
 ARM_LABEL = "hami-place-bench-arm"  # namespaces whose pods go to the bare (or the Go) webhook instead
 CONFIG_NAME = "hami-place-bench"
-GROUP, VERSION, PLURAL = "scheduling.hami.placement.com", "v1", "hamipodplacements"
-NODES = 4
-GPUS_PER_NODE = 4
-
-# Targets from the issue; each row reports its ratio to the target.
-TARGET_NOMATCH_RPS = 8000.0
-TARGET_NOMATCH_P99_MS = 3.0
-TARGET_MATCH_P99_MS = 20.0
-TARGET_POD_OVERHEAD = 1.10
-
-
-# ---- realistic objects ----------------------------------------------------------------------------
-def pod_template(app: str, template_hash: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A GPU inference pod as a Deployment's ReplicaSet controller POSTs it (before defaulting)."""
-    labels = {
-        "app": app,
-        "app.kubernetes.io/part-of": "inference",
-        "pod-template-hash": template_hash,
-        "team": "ml-platform",
-        **(extra_labels or {}),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": f"{app}-{template_hash}-",
-            "labels": labels,
-            "annotations": {"prometheus.io/port": "9400", "prometheus.io/scrape": "true"},
-        },
-        "spec": {
-            "schedulerName": "hami-scheduler",
-            "nodeSelector": {"gpu": "on"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [
-                {
-                    "name": "server",
-                    "image": "nvcr.io/nvidia/tritonserver:24.05-py3",
-                    "args": ["tritonserver", "--model-repository=/models", "--http-port=8000"],
-                    "ports": [
-                        {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                        {"name": "metrics", "containerPort": 8002, "protocol": "TCP"},
-                    ],
-                    "env": [
-                        {"name": "CUDA_VISIBLE_DEVICES_POLICY", "value": "hami"},
-                        {"name": "MODEL_NAME", "value": "llama-3-8b"},
-                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                        {"name": "LOG_LEVEL", "value": "info"},
-                    ],
-                    "resources": {
-                        "limits": {
-                            "cpu": "8",
-                            "memory": "32Gi",
-                            "nvidia.com/gpu": "1",
-                            "nvidia.com/gpucores": "50",
-                            "nvidia.com/gpumem": "20000",
-                        },
-                        "requests": {"cpu": "4", "memory": "16Gi"},
-                    },
-                    "volumeMounts": [
-                        {"name": "models", "readOnly": True, "mountPath": "/models"},
-                        {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a pod spec
-                    ],
-                    "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": 8000}, "periodSeconds": 5},
-                },
-                {
-                    "name": "metrics-sidecar",
-                    "image": "registry.example.com/dcgm-exporter:3.3.5",
-                    "env": [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}],
-                    "ports": [{"name": "dcgm", "containerPort": 9400, "protocol": "TCP"}],
-                    "resources": {
-                        "limits": {"cpu": "200m", "memory": "256Mi"},
-                        "requests": {"cpu": "100m", "memory": "128Mi"},
-                    },
-                },
-            ],
-            "volumes": [
-                {"name": "models", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}},
-                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
-            ],
-        },
-    }
-
-
-def _fields_v1(value: Any) -> dict[str, Any]:
-    """A managedFields fieldsV1 set for `value`, keyed as the apiserver keys it (lists by name)."""
-    if isinstance(value, dict):
-        return {".": {}, **{f"f:{k}": _fields_v1(v) for k, v in value.items()}}
-    if isinstance(value, list) and value and all(isinstance(x, dict) and "name" in x for x in value):
-        return {".": {}, **{"k:" + json.dumps({"name": x["name"]}): _fields_v1(x) for x in value}}
-    return {}
-
-
-def admitted_pod(template: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """`template` as the mutating webhooks receive it: owner reference, managedFields and the
-    defaults and admission-plugin additions (ServiceAccount volume, default tolerations) applied.
-    Checked against a review captured from the test bed's apiserver: same fields, same size."""
-    pod: dict[str, Any] = json.loads(json.dumps(template))
-    meta, spec = pod["metadata"], pod["spec"]
-    rs = meta["generateName"].rstrip("-")
-    rs_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{rs}"))
-    meta["namespace"] = namespace
-    meta["ownerReferences"] = [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "name": rs,
-            "uid": rs_uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
-    fields = {
-        "f:metadata": {
-            "f:annotations": _fields_v1(meta["annotations"]),
-            "f:generateName": {},
-            "f:labels": _fields_v1(meta["labels"]),
-            "f:ownerReferences": {".": {}, "k:" + json.dumps({"uid": rs_uid}): {}},
-        },
-        "f:spec": {k: v for k, v in _fields_v1(spec).items() if k != "."},
-    }
-    meta["managedFields"] = [
-        {
-            "manager": "kube-controller-manager",
-            "operation": "Update",
-            "apiVersion": "v1",
-            "time": "2025-06-02T16:13:13Z",
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields,
-        }
-    ]
-    token_volume = f"kube-api-access-{secrets.token_hex(3)[:5]}"
-    spec["volumes"].append(
-        {
-            "name": token_volume,
-            "projected": {
-                "sources": [
-                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                    {
-                        "downwardAPI": {
-                            "items": [
-                                {
-                                    "path": "namespace",
-                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                                }
-                            ]
-                        }
-                    },
-                ],
-                "defaultMode": 420,
-            },
-        }
-    )
-    for c in spec["containers"]:
-        c.setdefault("volumeMounts", []).append(
-            {"name": token_volume, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
-        )
-        c.update(
-            terminationMessagePath="/dev/termination-log",
-            terminationMessagePolicy="File",
-            imagePullPolicy="IfNotPresent",
-        )
-        res = c.get("resources") or {}
-        for k, v in (res.get("limits") or {}).items():  # extended resources: requests default to limits
-            if "/" in k:
-                res.setdefault("requests", {}).setdefault(k, v)
-        for env in c.get("env") or ():
-            if "valueFrom" in env:
-                env["valueFrom"]["fieldRef"]["apiVersion"] = "v1"
-        if "readinessProbe" in c:
-            c["readinessProbe"]["httpGet"]["scheme"] = "HTTP"
-            c["readinessProbe"].update(timeoutSeconds=1, successThreshold=1, failureThreshold=3)
-    spec["tolerations"] += [
-        {"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
-        for t in ("not-ready", "unreachable")
-    ]
-    spec.update(
-        restartPolicy="Always",
-        terminationGracePeriodSeconds=30,
-        dnsPolicy="ClusterFirst",
-        serviceAccountName="default",
-        serviceAccount="default",
-        securityContext={},
-        priority=0,
-        enableServiceLinks=True,
-        preemptionPolicy="PreemptLowerPriority",
-    )
-    pod["status"] = {}
-    return pod
-
-
-def admission_review(pod: dict[str, Any], namespace: str, dry_run: bool = False) -> dict[str, Any]:
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
-    return {
-        "kind": "AdmissionReview",
-        "apiVersion": "admission.k8s.io/v1",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": gvk,
-            "resource": gvr,
-            "requestKind": gvk,
-            "requestResource": gvr,
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {
-                "username": "system:serviceaccount:kube-system:replicaset-controller",
-                "uid": str(uuid.uuid4()),
-                "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"],
-                "extra": {"authentication.kubernetes.io/credential-id": [f"JTI={uuid.uuid4()}"]},
-            },
-            "object": pod,
-            "oldObject": None,
-            "dryRun": dry_run,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-        },
-    }
-
-
-def compact(doc: Any) -> str:
-    return json.dumps(doc, separators=(",", ":"))  # the apiserver sends compact JSON
-
-
-def placement(name: str, req_id: str, selector: dict[str, Any], node: str, gpus: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "HamiPodPlacement",
-        "metadata": {"name": name},
-        "spec": {"reqID": req_id, "podSelector": selector, "nodeName": node, "gpuDevices": gpus},
-    }
-
-
-def target(i: int) -> tuple[str, list[str]]:
-    """Spread placements over the nodes and GPUs; every other one asks for a 25% share."""
-    node = f"gpu-node-{i % NODES + 1}"
-    gpu = f"gpu-{(i // NODES) % GPUS_PER_NODE}"
-    return node, [gpu if i % 2 else f"{gpu}/25"]
-
-
-def nomatch_selector(i: int) -> dict[str, Any]:
-    """Selectors that fail on different keys against the benchmark pod, so each lookup does work."""
-    kind = i % 3
-    if kind == 0:  # the same Deployment's previous ReplicaSet: app matches, the hash does not
-        return {"matchLabels": {"app": "llm-serve", "pod-template-hash": f"old{i:06d}"}}
-    if kind == 1:
-        return {"matchLabels": {"app": f"train-{i:05d}", "team": "ml-platform"}}
-    return {
-        "matchExpressions": [
-            {"key": "app", "operator": "In", "values": ["llm-serve", "llm-batch"]},
-            {"key": "rank", "operator": "Exists"},
-        ]
-    }
-
-
-# ---- small HTTPS clients ----------------------------------------------------------------------------
-class Https:
-    """Keep-alive HTTPS client, one connection per thread, JSON in and out."""
-
-    def __init__(self, port: int, context: ssl.SSLContext, timeout: float = 30) -> None:
-        self.port, self.context, self.timeout = port, context, timeout
-        self._local = threading.local()
-
-    def _conn(self) -> http.client.HTTPSConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
-            self._local.conn = conn
-        return conn
-
-    def raw(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        for attempt in (1, 2):
-            conn = self._conn()
-            try:
-                conn.request(method, path, body=body, headers=headers)
-                resp = conn.getresponse()
-                return resp.status, resp.read()
-            except (http.client.HTTPException, OSError):  # e.g. the server closed an idle keep-alive
-                conn.close()
-                self._local.conn = None
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        status, raw = self.raw(method, path, None if body is None else json.dumps(body).encode())
-        return status, (json.loads(raw) if raw else None)
-
-
-def api_context(bed: Any) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(bed.ca_file))
-    ctx.load_cert_chain(str(bed.pki / "admin-client.crt"), str(bed.pki / "admin-client.key"))
-    return ctx
-
-
-def agent_metric(agent: Https, name: str, label: str = "") -> float:
-    """Sum of the agent's /metrics samples called `name` whose labels contain `label`."""
-    status, raw = agent.raw("GET", "/metrics")
-    assert status == 200, status
-    total = 0.0
-    for line in raw.decode().splitlines():
-        metric, _, value = line.rpartition(" ")
-        if metric.split("{", 1)[0] == name and label in metric:
-            total += float(value)
-    return total
-
-
-def mutate_count(agent: Https) -> float:
-    """AdmissionReviews the agent's mutating webhook has answered."""
-    return agent_metric(agent, "hami_place_admission_seconds_count", 'webhook="mutate"')
-
-
-def mutate_seconds(agent: Https) -> float:
-    """Total time inside the agent's /mutate handler (its own histogram: parse, decide, answer)."""
-    return agent_metric(agent, "hami_place_admission_seconds_sum", 'webhook="mutate"')
-
-
-# ---- process accounting ----------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    """user+system CPU of a live process, from /proc."""
-    try:
-        fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of all cores, from /proc/stat."""
-    vals = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = vals[3] + vals[4]  # idle + iowait
-    return float(sum(vals) - idle), float(sum(vals))
-
-
-class CpuMeter:
-    """CPU use over a window, in cores (1.0 = one core busy): named processes, wrk (a reaped
-    child), this benchmark process, the whole machine, and "other": what the machine spent
-    outside every process of this benchmark (other work sharing the machine, interrupts)."""
-
-    ours: list[int] = []  # noqa: RUF012 - every process of the benchmark, set once started
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = {**pids, "bench": os.getpid()}
-        self.t0 = time.monotonic()
-        self.c0 = {n: cpu_seconds(p) for n, p in self.pids.items()}
-        self.ours0 = {p: cpu_seconds(p) for p in self.ours}
-        self.children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.m0 = machine_busy()
-
-    def stop(self) -> dict[str, float]:
-        wall = time.monotonic() - self.t0
-        out = {n: (cpu_seconds(p) - self.c0[n]) / wall for n, p in self.pids.items()}
-        ch = resource.getrusage(resource.RUSAGE_CHILDREN)
-        wrk = ch.ru_utime + ch.ru_stime - self.children0.ru_utime - self.children0.ru_stime
-        if wrk > 0:
-            out["wrk"] = wrk / wall
-        busy, total = machine_busy()
-        out["machine"] = (busy - self.m0[0]) / (total - self.m0[1]) * (os.cpu_count() or 1)
-        ours = sum(cpu_seconds(p) - c for p, c in self.ours0.items()) / wall
-        ours += out.get("wrk", 0) + out["bench"]
-        out["other"] = max(0.0, out["machine"] - ours)
-        return {k: round(v, 2) for k, v in out.items()}
-
-
-QUIET_CORES = 0.2
-
-
-def wait_quiet(max_wait: float, log: Callable[[str], None]) -> None:
-    """The machine may be shared: before a measurement, wait (at most `max_wait` seconds) until
-    the CPU used outside the benchmark's processes has stayed under QUIET_CORES for 2 s."""
-    t0, calm = time.monotonic(), 0
-    while time.monotonic() - t0 < max_wait:
-        meter = CpuMeter({})
-        time.sleep(0.5)
-        calm = calm + 1 if meter.stop()["other"] < QUIET_CORES else 0
-        if calm >= 4:
-            return
-    if max_wait > 0:
-        log(f"  other work kept the machine busy for {max_wait:.0f}s; measuring anyway")
-
-
-# ---- wrk ---------------------------------------------------------------------------------------------
-@dataclass
-class WrkRun:
-    label: str
-    connections: int
-    threads: int
-    requests: int
-    seconds: float
-    rps: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    p999_ms: float
-    max_ms: float
-    errors: int
-    patched: int | None = None
-    claimed: int | None = None
-    handler_ms: float | None = None  # mean time inside the agent's handler, from its own histogram
-    cpu: dict[str, float] = field(default_factory=dict)
-
-
-def run_wrk(
-    label: str,
-    url: str,
-    script: str,
-    script_args: list[str],
-    connections: int,
-    threads: int,
-    duration: float,
-    pids: dict[str, int],
-    done_dir: Path | None = None,
-) -> WrkRun:
-    """Run wrk; with `done_dir` (once.lua), interrupt it as soon as every thread has finished."""
-    argv = [
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{max(1, round(duration))}s",
-        "--timeout=10s",
-        "--latency",
-        "-s",
-        str(LUA_DIR / script),
-        url,
-        "--",
-        *script_args,
-    ]
-    meter = CpuMeter(pids)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        if done_dir is not None:
-            deadline = time.monotonic() + duration + 5
-            while proc.poll() is None and time.monotonic() < deadline:
-                if len(list(done_dir.glob("done-*"))) >= threads:
-                    proc.send_signal(signal.SIGINT)  # wrk stops its threads and reports
-                    break
-                time.sleep(0.02)
-        out, _ = proc.communicate(timeout=duration + 30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    cpu = meter.stop()
-    line = next((x for x in out.splitlines() if x.startswith("BENCH_JSON ")), None)
-    if line is None:
-        raise RuntimeError(f"wrk produced no result:\n{out}")
-    d = json.loads(line[len("BENCH_JSON ") :])
-    errors = sum(d[k] for k in ("connect_errors", "read_errors", "write_errors", "status_errors", "timeouts"))
-    if done_dir is None:
-        requests, seconds = d["requests"], d["duration_us"] / 1e6
-    else:
-        requests, seconds = d["answered"], d["window_s"]
-        errors += d["not_ok"]
-    return WrkRun(
-        label=label,
-        connections=connections,
-        threads=threads,
-        requests=requests,
-        seconds=round(seconds, 3),
-        rps=round(requests / seconds, 1) if seconds else 0.0,
-        p50_ms=d["p50_us"] / 1000,
-        p90_ms=d["p90_us"] / 1000,
-        p99_ms=d["p99_us"] / 1000,
-        p999_ms=d["p999_us"] / 1000,
-        max_ms=d["max_us"] / 1000,
-        errors=errors,
-        patched=d.get("patched"),
-        cpu=cpu,
-    )
-
-
-def best_of(runs: list[WrkRun]) -> list[WrkRun]:
-    """Per (label, connections): the run with the highest rate (the least disturbed by anything
-    else on the machine), in first-seen order."""
-    best: dict[tuple[str, int], WrkRun] = {}
-    for r in runs:
-        key = (r.label, r.connections)
-        if key not in best or r.rps > best[key].rps:
-            best[key] = r
-    return list(best.values())
-
-
-# ---- the bare baseline -------------------------------------------------------------------------------
-def serve_bare(port: int, cert: str, key: str, parser: str = "orjson") -> int:
-    """The baseline: the same Sanic, TLS and single process as the agent, and no logic at all: parse
-    the review (with orjson, as the agent does; ``json`` = the standard library), answer allowed."""
-    import orjson
-    from sanic import Request, Sanic
-    from sanic import response as r
-
-    app = Sanic("bare-webhook", configure_logging=False)
-    app.config.ACCESS_LOG = False
-    app.config.REQUEST_MAX_SIZE = 8 * 1024 * 1024
-    app.config.KEEP_ALIVE_TIMEOUT = 30
-    served = [0]
-    loads = orjson.loads if parser == "orjson" else json.loads
-
-    @app.post("/mutate")
-    async def mutate(request: Request) -> r.HTTPResponse:
-        doc = loads(request.body)
-        served[0] += 1
-        answer = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": {"uid": doc["request"]["uid"], "allowed": True},
-        }
-        return r.raw(orjson.dumps(answer), content_type="application/json")
-
-    @app.get("/healthz")
-    async def healthz(request: Request) -> r.HTTPResponse:
-        return r.json({"status": "ok", "served": served[0]})
-
-    app.run(
-        host="127.0.0.1",
-        port=port,
-        ssl={"cert": cert, "key": key},
-        single_process=True,
-        access_log=False,
-        motd=False,
-    )
-    return 0
-
-
-# ---- statistics ---------------------------------------------------------------------------------------
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]
-
-
-def summary_ms(values: list[float]) -> dict[str, float]:
-    return {
-        "n": len(values),
-        "mean": round(statistics.fmean(values) * 1000, 3),
-        "p50": round(pct(values, 50) * 1000, 3),
-        "p90": round(pct(values, 90) * 1000, 3),
-        "p99": round(pct(values, 99) * 1000, 3),
-    }
-
-
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = "?"
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
-        mem = f"{kib / 1024 / 1024:.0f} GiB"
-    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False).stdout.split("Copyright")[0]
-    import sanic
-
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "memory": mem,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "wrk": wrk.strip(),
-        "sanic": sanic.__version__,
-        "commit": subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
-        ).stdout.strip(),
-    }
 
 
 # ---- the benchmark -------------------------------------------------------------------------------------
@@ -665,13 +119,13 @@ class Bench:
     def start(self) -> None:
         from kubernetes import client
 
-        from testbed.agent_process import AgentProcess
-        from testbed.certs import CertificateAuthority
-        from testbed.cluster import TestBed
-        from testbed.crd import install_crd
-        from testbed.gpu_nodes import uniform_nodes
-        from testbed.processes import Process, free_port, wait_until
-        from testbed.webhooks import register_webhooks, webhook_configs
+        from testbed.agents.agent_process import AgentProcess
+        from testbed.agents.webhooks import register_webhooks, webhook_configs
+        from testbed.controlplane.certs import CertificateAuthority
+        from testbed.controlplane.cluster import TestBed
+        from testbed.controlplane.crd import install_crd
+        from testbed.controlplane.processes import Process, free_port, wait_until
+        from testbed.data.gpu_nodes import uniform_nodes
 
         self.log("starting the test bed (etcd, kube-apiserver, kcm, scheduler, kwok, 4 GPU nodes)")
         self.bed = TestBed(workdir=self.workdir / "testbed", nodes=uniform_nodes(NODES, gpus=GPUS_PER_NODE)).start()
@@ -701,7 +155,17 @@ class Bench:
 
         def bare(parser: str) -> tuple[Any, Https, str]:
             port = free_port()
-            argv = [sys.executable, __file__, "--serve-bare", str(port), "--cert", str(crt), "--key", str(key)]
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.webhook_bench",
+                "--serve-bare",
+                str(port),
+                "--cert",
+                str(crt),
+                "--key",
+                str(key),
+            ]
             return server(f"bare-{parser}", [*argv, "--bare-parser", parser], port)
 
         self.bare, self.bare_http, self.bare_url = bare("orjson")
@@ -1121,7 +585,7 @@ class Bench:
     def phase_follower(self, spec: list[tuple[str, int, int, int]]) -> None:
         """Replace the agent by one with leader election on and the Lease held by someone else:
         it serves the webhooks from the same cache, but its controller never runs a pass."""
-        from testbed.agent_process import AgentProcess
+        from testbed.agents.agent_process import AgentProcess
 
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -1227,187 +691,6 @@ class Bench:
             self.log("match path again on a replica whose controller is idle (not the leader)")
             self.phase_follower(spec)
         self.results["agent_log_tail"] = self.agent.log_tail(20)
-
-
-def _frame(frame: str) -> str:
-    """'name (/abs/path/file.py:123)' -> 'name (pkg/file.py)'."""
-    name, sep, loc = frame.partition(" (")
-    if not sep:
-        return frame
-    path = loc.rstrip(")").rsplit(":", 1)[0]
-    for prefix in (str(REPO) + "/", "site-packages/", "lib/python3."):
-        if prefix in path:
-            path = path.split(prefix, 1)[1]
-    return f"{name} ({path})"
-
-
-def summarize_profile(path: Path, top: int = 15) -> dict[str, Any]:
-    """py-spy raw (collapsed) stacks -> self and inclusive shares per function, in % of samples
-    (py-spy samples only a thread that is running, so these are shares of the busy time)."""
-    self_c: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
-            continue
-        frames = [_frame(f) for f in stack.split(";")]
-        total += int(n)
-        self_c[frames[-1]] += int(n)
-        for f in set(frames):
-            incl[f] += int(n)
-
-    def share(c: int) -> float:
-        return round(100 * c / max(1, total), 1)
-
-    return {
-        "samples": total,
-        "self": [(k, share(v)) for k, v in self_c.most_common(top)],
-        "inclusive": [(k, share(v)) for k, v in incl.most_common(top * 2)],
-    }
-
-
-# ---- report -------------------------------------------------------------------------------------------
-def _ms(d: dict[str, Any], key: str) -> str:
-    return f"{d[key]:.2f}"
-
-
-def _per_core(run: dict[str, Any], proc: str) -> float:
-    """Answers per CPU-second of the server process."""
-    return float(run["rps"]) / max(0.01, float(run["cpu"].get(proc, 0.0)))
-
-
-def _load(cpu: dict[str, float]) -> str:
-    """Flag a measurement that shared the machine with other work."""
-    other = cpu.get("other", 0.0)
-    return f"; CPU outside the benchmark: {other:.2f} cores" if other >= 0.25 else ""
-
-
-def report(results: dict[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, "
-        f"Python {m['python']}, Sanic {m['sanic']}, {m['wrk']}; hami-place {m.get('commit', '?')}",
-        f"AdmissionReview size: {results.get('review_bytes', '?')} bytes (compact JSON, as the apiserver sends)",
-        "",
-        "| measurement | result | target | ratio |",
-        "|---|---|---|---|",
-    ]
-    nm = results.get("nomatch", [])
-    by = {(r["label"], r["connections"]): r for r in nm}
-    main_c = results["args"]["connections"]
-    for c in sorted({r["connections"] for r in nm}):
-        ag, bare = by.get(("agent", c)), by.get(("bare", c))
-        if not ag or not bare:
-            continue
-        # per busy core: robust against other work on the machine, which steals CPU from either server
-        per_core = _per_core(ag, "agent") / max(1.0, _per_core(bare, "bare"))
-        vs_bare = (
-            f"{ag['rps'] / bare['rps']:.2f} × bare rate ({per_core:.2f} × per busy core), "
-            f"p99 {ag['p99_ms'] / bare['p99_ms']:.2f} × bare"
-        )
-        if c == main_c:
-            tgt = f"≥ {TARGET_NOMATCH_RPS:,.0f}/s, p99 ≤ {TARGET_NOMATCH_P99_MS:g} ms"
-            ratio = (
-                f"**{ag['rps'] / TARGET_NOMATCH_RPS:.2f}** of target rate, p99 "
-                f"**{ag['p99_ms'] / TARGET_NOMATCH_P99_MS:.2f}** × target; {vs_bare}"
-            )
-        else:
-            tgt, ratio = "–", vs_bare
-        lines.append(
-            f"| no-match, {c} conn: **agent** | {ag['rps']:,.0f}/s, p50 {_ms(ag, 'p50_ms')} ms, "
-            f"p99 {_ms(ag, 'p99_ms')} ms (agent {ag['cpu'].get('agent', 0):.2f} cores, "
-            f"handler {ag['handler_ms'] * 1000:.0f} µs{_load(ag['cpu'])}) | {tgt} | {ratio} |"
-        )
-        lines.append(
-            f"| no-match, {c} conn: bare Sanic | {bare['rps']:,.0f}/s, p50 {_ms(bare, 'p50_ms')} ms, "
-            f"p99 {_ms(bare, 'p99_ms')} ms ({bare['cpu'].get('bare', 0):.2f} cores{_load(bare['cpu'])}) | "
-            "baseline | – |"
-        )
-    bare_json = by.get(("bare-json", main_c))
-    if bare_json and by.get(("agent", main_c)):
-        ag = by[("agent", main_c)]
-        lines.append(
-            f"| no-match, {main_c} conn: bare Sanic, standard-library json | {bare_json['rps']:,.0f}/s, "
-            f"p50 {_ms(bare_json, 'p50_ms')} ms, p99 {_ms(bare_json, 'p99_ms')} ms "
-            f"({bare_json['cpu'].get('bare-json', 0):.2f} cores{_load(bare_json['cpu'])}) | – | "
-            f"agent {ag['rps'] / bare_json['rps']:.2f} × this rate |"
-        )
-    empty = by.get(("agent-empty-ns", main_c))
-    bare_main = by.get(("bare", main_c))
-    if empty and bare_main:
-        lines.append(
-            f"| no-match, {main_c} conn: agent, namespace without placements | {empty['rps']:,.0f}/s, "
-            f"p50 {_ms(empty, 'p50_ms')} ms, p99 {_ms(empty, 'p99_ms')} ms (handler {empty['handler_ms'] * 1000:.0f} µs"
-            f"{_load(empty['cpu'])}) | – | {empty['rps'] / bare_main['rps']:.2f} × bare rate |"
-        )
-    claimed = sum(r.get("claimed") or 0 for r in results.get("match", []))
-    for r in results.get("nomatch_after_claims", []):
-        before = by.get(("agent", r["connections"]))
-        ratio = (
-            f"{r['rps'] / before['rps']:.2f} × the rate before, p99 {r['p99_ms'] / before['p99_ms']:.2f} × before"
-            if before
-            else "–"
-        )
-        lines.append(
-            f"| no-match, {r['connections']} conn: agent, after the match phase ({claimed:,} placements Claimed) | "
-            f"{r['rps']:,.0f}/s, p50 {_ms(r, 'p50_ms')} ms, p99 {_ms(r, 'p99_ms')} ms, "
-            f"p99.9 {_ms(r, 'p999_ms')} ms{_load(r['cpu'])} | – | {ratio} |"
-        )
-    for mode, d in (results.get("pods") or {}).items():
-        arms = [arm for arm in ("agent", "bare", "go", "none") if arm in d]
-        names = {"agent": "agent", "bare": "bare Sanic", "go": "Go no-op", "none": "no"}
-        handler = f"agent handler {d['agent_handler_ms'] * 1000:.0f} µs" if d.get("agent_handler_ms") else ""
-        handler = handler or "no webhook called: matchConditions"
-        others = "; ".join(
-            f"{arm}/none {d[f'{arm}_ratio_mean']:.2f} (mean), +{d[f'{arm}_added_ms_mean']:.2f} ms"
-            for arm in arms
-            if arm not in ("agent", "none")
-        )
-        lines.append(
-            f"| pod create, {mode} (n={d['agent']['n']} per arm): "
-            + " / ".join(f"{names[arm]} webhook" for arm in arms)
-            + " | mean "
-            + " / ".join(f"{d[arm]['mean']:.2f}" for arm in arms)
-            + " ms, p50 "
-            + " / ".join(f"{d[arm]['p50']:.2f}" for arm in arms)
-            + f" ms ({handler}{_load(d['cpu'])}) | agent/none ≤ {TARGET_POD_OVERHEAD:.2f} | "
-            f"agent/none **{d['agent_ratio_mean']:.2f}** (mean), {d['agent_ratio_p50']:.2f} (p50), "
-            f"+{d['agent_added_ms_mean']:.2f} ms; {others} |"
-        )
-    for mode, d in (results.get("put_baseline") or {}).items():
-        lines.append(
-            f"| claim write alone: status PUT to the apiserver, {mode} (n={d['n']}) | {d['per_s']:,.0f}/s, "
-            f"p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms{_load(d['cpu'])} | – | baseline |"
-        )
-    put = (results.get("put_baseline") or {}).get("sequential")
-    for r in results.get("match", []):
-        ratio = f"p99 **{r['p99_ms'] / TARGET_MATCH_P99_MS:.2f}** × target"
-        if put and r["connections"] == 1:
-            ratio += f"; p50 {r['p50_ms'] / put['p50']:.2f} × the PUT alone"
-        lines.append(
-            f"| match + claim, {r['connections']} conn: {r['requests']} reviews, {r['patched']} patched, "
-            f"{r['claimed']} Claimed | {r['rps']:,.0f}/s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms "
-            f"(agent handler incl. the PUT {r['handler_ms']:.2f} ms{_load(r['cpu'])}) | "
-            f"p99 ≤ {TARGET_MATCH_P99_MS:g} ms | {ratio} |"
-        )
-    leader = {r["connections"]: r for r in results.get("match", [])}
-    for r in results.get("match_follower", []):
-        ld = leader.get(r["connections"])
-        ratio = f"p99 **{r['p99_ms'] / TARGET_MATCH_P99_MS:.2f}** × target"
-        if ld:
-            ratio += f"; p50 {r['p50_ms'] / ld['p50_ms']:.2f} ×, p99 {r['p99_ms'] / ld['p99_ms']:.2f} × the leader's"
-        lines.append(
-            f"| match + claim, {r['connections']} conn, on a replica whose controller is idle (not the leader): "
-            f"{r['requests']} reviews, {r['patched']} patched, {r['claimed']} Claimed | {r['rps']:,.0f}/s, "
-            f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms (handler incl. the PUT {r['handler_ms']:.2f} ms"
-            f"{_load(r['cpu'])}) | p99 ≤ {TARGET_MATCH_P99_MS:g} ms | {ratio} |"
-        )
-    for label, prof in (results.get("profiles") or {}).items():
-        lines += ["", f"py-spy, {label}: {prof['samples']} samples of the agent's busy thread"]
-        lines += ["  self:"] + [f"    {share:5.1f}%  {name}" for name, share in prof["self"]]
-        lines += ["  inclusive:"] + [f"    {share:5.1f}%  {name}" for name, share in prof["inclusive"]]
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """Time ``Window.state`` (hami_place_core/schedule.py) against the walk it replaced (issue 39).
 
-    .venv/bin/python bench/window_bench.py                # about 15 s: the old walk is the slow part
-    .venv/bin/python bench/window_bench.py --json /tmp/window.json
+    .venv/bin/python -m bench.window_bench                # about 15 s: the old walk is the slow part
+    .venv/bin/python -m bench.window_bench --json /tmp/window.json
 
 The old ``state`` took every firing from the lookback on, one ``next_after`` at a time, each
 looping over hours x minutes: ``* * * * *`` with a 168h window is 10,080 firings, all on the
@@ -21,10 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from hami_place_core.schedule import Window
-from testbed.window_reference import old_state
+from testbed.reference.window_reference import old_state
 
 UTC = dt.UTC
 CASES = (  # schedule, duration, zone, now

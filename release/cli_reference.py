@@ -13,10 +13,9 @@ from pathlib import Path
 
 import click
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kubectl_hami_place.cli import cli
 
-from kubectl_hami_place.cli import cli  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DOC = ROOT / "docs" / "cli.md"
 MARKER = "<!-- generated below by `make docs` (release/cli_reference.py); do not edit by hand -->"

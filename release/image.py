@@ -1,8 +1,8 @@
 """The agent image, built with podman/buildah from ./Dockerfile without a Docker engine: `make image`.
 
-    python release/image.py build [--base IMAGE] [--tag REF]   # the image (base: see below)
-    python release/image.py base [--rebuild]                   # only the Debian base image
-    python release/image.py save [--out dist]                  # the built image as an OCI archive
+    python -m release.image build [--base IMAGE] [--tag REF]   # the image (base: see below)
+    python -m release.image base [--rebuild]                   # only the Debian base image
+    python -m release.image save [--out dist]                  # the built image as an OCI archive
 
 The Dockerfile's base (PYTHON_IMAGE) is, unless --base names another, a Debian bookworm made here
 with debootstrap from Debian's own packages (python3, python3-venv, ca-certificates), imported as
@@ -10,7 +10,7 @@ localhost/hami-place-base:bookworm: machines of this kind reach Debian's archive
 image registry. The image is tagged as the chart's default reference (chart/values.yaml
 image.repository, tag = the chart's appVersion), so `helm install` uses it as it is. Missing tools
 (podman, buildah, debootstrap, ...) are installed from Debian when running as root
-(testbed/debian_packages.py).
+(toolchain/debian_packages.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from toolchain import debian_packages
+from toolchain.podman_flags import host_flags
 
-from testbed import debian_packages  # noqa: E402 - the repository root is on the path only now
-from testbed.podman import host_flags  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 BASE_IMAGE = "localhost/hami-place-base:bookworm"
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
@@ -103,7 +102,7 @@ def _arch() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="release/image.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m release.image", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the agent image")
     b.add_argument("--base", help="the Python base image (default: a debootstrap-made Debian bookworm)")

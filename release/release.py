@@ -1,10 +1,10 @@
 """Release packaging: the binary's archive, the krew manifest rendered from its template, the chart.
 
-    python release/release.py archive [--dist build/dist] [--out dist] [--full]
-    python release/release.py manifest --uri-base URL (--dir dist | --archive linux/amd64=dist/x.tar.gz ...) \
+    python -m release.release archive [--dist build/dist] [--out dist] [--full]
+    python -m release.release manifest --uri-base URL (--dir dist | --archive linux/amd64=dist/x.tar.gz ...) \
         [--partial] [--out krew/hami-place.yaml]
-    python release/release.py chart [--image-repository REPO] [--helm PATH] [--out dist]
-    python release/release.py local [--out dist]      # `make release-all`
+    python -m release.release chart [--image-repository REPO] [--helm PATH] [--out dist]
+    python -m release.release local [--out dist]      # `make release-all`
 
 `archive` packs the PyInstaller onedir build with LICENSE and the kubectl completion helper into
 `kubectl-hami_place_<version>_<os>_<arch>.tar.gz` (flat: the binary at the top); the default build
@@ -33,10 +33,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from string import Template
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from hami_place_core import __version__
 
-from hami_place_core import __version__  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PLATFORMS = ("linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64")
 BIN = "kubectl-hami_place"
@@ -164,7 +163,7 @@ def archives_in(directory: Path, version: str = __version__) -> dict[str, Path]:
 
 
 def helm_env(home: Path) -> dict[str, str]:
-    """helm's cache, config and data in a throw-away directory, never the user's (as testbed/chart.py)."""
+    """helm's cache, config and data in a throw-away directory, never the user's (as testbed/controlplane/chart.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
     env.update({var: str(home / var.lower()) for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")})
     return env
@@ -210,9 +209,9 @@ def package_chart(helm: str, out: Path, version: str = __version__, repository: 
 
 
 def find_helm(log: Callable[[str], object] = print) -> str:
-    """The test bed's helm (built from its pinned module, testbed/tools/helm), else helm on PATH;
+    """The test bed's helm (built from its pinned module, toolchain/tools/helm), else helm on PATH;
     built (helm alone, about 80 s once) when neither is there and Go is."""
-    from testbed import build
+    from toolchain import build
 
     found = build.locate("helm", build.cache_bin_dir())
     if found is not None:
@@ -266,7 +265,11 @@ def _make_image(out: Path) -> tuple[bool, str]:
     if not saver.is_file():
         return True, f"{how}, in podman's image store (no release/image.py to save it into {out})"
     saved = subprocess.run(
-        [sys.executable, str(saver), "save", "--out", str(out)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "release.image", "save", "--out", str(out)],
+        cwd=ROOT,  # where `release` is importable
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if saved.returncode != 0:
         return True, f"{how}, in podman's image store; saving it into {out} failed: {saved.stderr.strip()}"

@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import build
-from testbed.cluster import TestBed, down, load_state, save_state
-from testbed.gpu_nodes import MODELS, uniform_nodes
-from testbed.processes import StartupError
+from testbed.controlplane.cluster import TestBed, down, load_state, save_state
+from testbed.controlplane.processes import StartupError
+from testbed.data.gpu_nodes import MODELS, uniform_nodes
+from toolchain import build
 
 
 def default_dir() -> Path:

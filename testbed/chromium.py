@@ -1,6 +1,6 @@
 """Headless Chromium for the tests that render `plan --report` (tests/cli/test_plan_report.py).
 
-Installing it is testbed/debian_packages.py's job (its `browser` group, run by `make test` as
+Installing it is toolchain/debian_packages.py's job (its `browser` group, run by `make test` as
 root on a fresh Debian machine; docs/testing.md). This module only finds it and runs it; without
 one the tests fail under CI=true and skip elsewhere, saying what to install.
 
@@ -17,7 +17,9 @@ from pathlib import Path
 
 ENV = "CHROMIUM"  # a Chromium or Chrome binary to use instead of the one on PATH
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-HINT = f"run `python -m testbed.debian_packages browser` as root (Debian's chromium), or set {ENV} to a Chromium binary"
+HINT = (
+    f"run `python -m toolchain.debian_packages browser` as root (Debian's chromium), or set {ENV} to a Chromium binary"
+)
 
 FLAGS = (
     "--headless",

@@ -6,7 +6,7 @@
 It starts the test bed detached with a dozen fake HAMi GPU nodes (4 x A100 80GB each), installs
 the HamiPodPlacement CRD, runs the agent (``python -m agent``, detached, behind its webhooks and a
 Service in kube-system so the plugin streams progress through the API server's service proxy) and
-whoever allocates, as ``testbed/allocation.py`` ``start_allocator`` decides everywhere on the test
+whoever allocates, as ``testbed/hami/allocation.py`` ``start_allocator`` decides everywhere on the test
 bed: with ``HAMI_SCHEDULER_BIN`` the real HAMi scheduler (its Filter and Bind, docs/testing.md);
 without it the labelled allocation stand-in (``python -m testbed.demo --standin demo``), which
 writes HAMi's allocation for pinned pods. Every pod the demo places is pinned, so the tour is the
@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testbed import build
-from testbed.allocation import real_hami, start_allocator
-from testbed.cluster import TestBed, load_state, save_state
-from testbed.cluster import down as testbed_down
-from testbed.crd import install_crd
-from testbed.gpu_nodes import A100_80G, uniform_nodes
-from testbed.processes import Process, StartupError, stop_pid
+from testbed.controlplane.cluster import TestBed, load_state, save_state
+from testbed.controlplane.cluster import down as testbed_down
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.processes import Process, StartupError, stop_pid
+from testbed.data.gpu_nodes import A100_80G, uniform_nodes
+from testbed.hami.allocation import real_hami, start_allocator
+from toolchain import build
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "demo"
@@ -225,7 +225,7 @@ def run_standin(namespace: str, kubeconfig: Path) -> int:
 
     from kubernetes import config
 
-    from testbed.allocation_standin import AllocationStandIn
+    from testbed.hami.allocation_standin import AllocationStandIn
 
     api = config.new_client_from_config(config_file=str(kubeconfig))
     standin = start_allocator(api, {namespace}, interval=0.25)
@@ -316,9 +316,9 @@ class Demo:
 
     def _start_agent(self) -> None:
 
-        from testbed.agent_process import AgentProcess, expose_agent_service
-        from testbed.certs import CertificateAuthority
-        from testbed.webhooks import register_webhooks, webhook_configs
+        from testbed.agents.agent_process import AgentProcess, expose_agent_service
+        from testbed.agents.webhooks import register_webhooks, webhook_configs
+        from testbed.controlplane.certs import CertificateAuthority
 
         assert self.bed is not None
         ca = CertificateAuthority("hami-place-demo-agent-ca")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed.build import BuildError
-from testbed.ci import unavailable
-from testbed.cluster import TestBed
-from testbed.gpu_nodes import uniform_nodes
-from testbed.hami import mode_banner, scheduler_binary
-from testbed.processes import StartupError
+from testbed.controlplane.ci import unavailable
+from testbed.controlplane.cluster import TestBed
+from testbed.controlplane.processes import StartupError
+from testbed.data.gpu_nodes import uniform_nodes
+from testbed.hami.scheduler import mode_banner, scheduler_binary
+from toolchain.build import BuildError
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

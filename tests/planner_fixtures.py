@@ -16,7 +16,7 @@ from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import Move, apply_moves, check_moves
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
-from testbed.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
+from testbed.hami.simulate import Placement, bind, gpu_uuid, node_manifest, pod_manifest
 
 A100 = ("NVIDIA A100-SXM4-80GB", 81920)
 T4 = ("NVIDIA-Tesla T4", 15360)
@@ -112,6 +112,12 @@ def subset_raw() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         [n for n in nodes if n["metadata"]["name"] in keep],
         [p for p in pods if (p.get("spec") or {}).get("nodeName") in keep],
     )
+
+
+def subset() -> ClusterState:
+    """Subset 14 of the openb example as a state (the exact planner's and the exchange pass's tests)."""
+    nodes, pods = subset_raw()
+    return build_state(nodes, pods)
 
 
 def moves_of(doc: dict[str, Any]) -> list[Move]:

@@ -5,20 +5,17 @@ The harness itself (AgentSet, create_placement, install_crd, tokens) is in testb
 from __future__ import annotations
 
 import contextlib
-import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from testbed.agent_set import AgentSet
-from testbed.allocation import Allocator, start_allocator
-from testbed.cluster import TestBed
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement_status
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.cluster import TestBed
+from testbed.controlplane.crd import install_crd
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.hami.allocation import Allocator, start_allocator
 
 
 @pytest.fixture(scope="session")
@@ -51,25 +48,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if isinstance(s, AgentSet):
                 report.sections.append((f"{fixture} logs", s.logs()))
     return report
-
-
-def wait_phase(api, ns, name, phases, timeout=60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        st = placement_status(api, ns, name)
-        if st.get("phase") in phases:
-            return st
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} not in {phases} after {timeout}s: {json.dumps(st)[:1500]}")
-        time.sleep(0.2)
-
-
-def running(core, ns, selector) -> list[Any]:
-    return [
-        p
-        for p in core.list_namespaced_pod(ns, label_selector=selector).items
-        if p.status.phase == "Running" and not p.metadata.deletion_timestamp
-    ]
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_place_core import placement as hp
-from testbed.agent_set import AgentSet, create_placement
-from testbed.crd import install_crd
-from testbed.placements import placement
-from testbed.tokens import admin_token, grant_cluster, sa_token
-from testbed.waiting import wait_for
-from testbed.webhook_server import WebhookServer
+from testbed.agents.agent_set import AgentSet, create_placement
+from testbed.agents.tokens import admin_token, grant_cluster, sa_token
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
+from testbed.controlplane.webhook_server import WebhookServer
+from testbed.data.placements import placement
 
 pytestmark = pytest.mark.testbed
 

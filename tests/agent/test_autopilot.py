@@ -23,12 +23,12 @@ from kubernetes.client import ApiException
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
 from kubectl_hami_place.printers import counted
-from testbed.agent_set import AgentSet
-from testbed.allocation import start_allocator
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.waiting import running_pods, wait_for
-from testbed.workloads import deployment
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import running_pods, wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 
@@ -507,7 +507,7 @@ def test_a_pending_two_gpu_pod_gets_room_made_and_runs_on_the_named_gpus(pool: d
 def test_a_policy_author_must_be_allowed_to_evict_where_it_moves(pilot: AgentSet, api: Any, testbed: Any) -> None:
     """Nobody can evict through the autopilot a pod they could not evict themselves: creating a
     policy is refused unless its author may create pods/eviction in every namespace it selects."""
-    from testbed.tokens import bind_role, sa_token
+    from testbed.agents.tokens import bind_role, sa_token
 
     ns = pilot.namespace("policy-author")
     other = pilot.namespace("policy-victim")
@@ -626,7 +626,7 @@ def test_defrag_for_a_pending_pod_makes_room_and_places_it(pool: dict[str, Any],
 def _status_writer(api: Any, ns: str, name: str) -> Any:
     """A client for ServiceAccount ns/name that may read policies and write their status, and
     nothing else (in particular, no pods/eviction anywhere)."""
-    from testbed.tokens import sa_token
+    from testbed.agents.tokens import sa_token
 
     rbac = client.RbacAuthorizationV1Api(api)
     rules = [

@@ -27,11 +27,11 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_place_core import placement as hp
-from testbed.agent_set import AgentSet
-from testbed.certs import CertificateAuthority
-from testbed.crd import install_crd
-from testbed.placements import placement
-from testbed.waiting import wait_for
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.certs import CertificateAuthority
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
+from testbed.data.placements import placement
 
 pytestmark = [pytest.mark.testbed]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from testbed.agent_set import AgentSet
-from testbed.waiting import wait_for
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.waiting import wait_for
 
 pytestmark = [pytest.mark.testbed]
 

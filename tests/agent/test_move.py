@@ -12,15 +12,14 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed.agent_set import AgentSet, create_placement
-from testbed.allocation import start_allocator
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement, placement_status
-from testbed.waiting import wait_for
-from testbed.workloads import deployment
-
-from .conftest import running, wait_phase
+from testbed.agents.agent_set import AgentSet, create_placement
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import running_pods as running
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import placement, placement_status, wait_phase
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 
 # Every move crosses HAMi (its Filter allocates the replacement): run in both modes (docs/testing.md).
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

@@ -10,12 +10,12 @@ from kubernetes.client import ApiException
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed.agent_set import create_placement
-from testbed.allocation import start_allocator
-from testbed.placements import get_placement, placement
-from testbed.tokens import bind_role, grant_node_read, user
-from testbed.waiting import wait_for
-from testbed.workloads import deployment
+from testbed.agents.agent_set import create_placement
+from testbed.agents.tokens import bind_role, grant_node_read, user
+from testbed.controlplane.waiting import wait_for
+from testbed.data.placements import get_placement, placement
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 
 pytestmark = pytest.mark.testbed
 # What a placement author needs in their namespace (plus `get` on the nodes they target).
@@ -96,7 +96,7 @@ def test_pin_first_pod_lands_on_target_and_second_is_untouched(api, ans, testbed
 def test_completed_when_hami_allocates_target(api, ans, testbed, request) -> None:
     """HAMi writes hami.io/vgpu-devices-allocated after Filter; with the stand-in scheduler the test
     writes it the way HAMi does. Matching UUIDs complete the placement, others fail it."""
-    from testbed.gpu_nodes import NodeSpec
+    from testbed.data.gpu_nodes import NodeSpec
 
     core = client.CoreV1Api(api)
     node = NodeSpec(f"{ans[:50]}-n", gpus=4)  # its own node: the full-GPU allocations stay out of other tests
@@ -182,7 +182,7 @@ def test_rejects_missing_gpu_index(api, ans, testbed) -> None:
 
 
 def test_rejects_unhealthy_gpu(api, ans, testbed) -> None:
-    from testbed.gpu_nodes import NodeSpec
+    from testbed.data.gpu_nodes import NodeSpec
 
     spec = NodeSpec(f"sick-{ans[-6:]}", gpus=2, unhealthy_indices=frozenset({1}))
     testbed.add_nodes([spec])
@@ -197,7 +197,7 @@ def test_rejects_unhealthy_gpu(api, ans, testbed) -> None:
 def test_rejects_a_node_without_cpu_for_the_pod_until_the_hog_leaves(api, ans, testbed) -> None:
     """kube-scheduler's NodeResourcesFit: a CPU hog (no GPU) fills a node's 64 CPUs; a placement
     there for a pod that requests 500m is refused with the shortfall, and accepted once it leaves."""
-    from testbed.gpu_nodes import NodeSpec
+    from testbed.data.gpu_nodes import NodeSpec
 
     core = client.CoreV1Api(api)
     spec = NodeSpec(f"busy-{ans[-6:]}", gpus=2)
@@ -248,7 +248,7 @@ def _node_known(api, ns, node) -> bool:
 
 @pytest.mark.hami
 def test_rejects_full_gpu(api, ans, testbed, request) -> None:
-    from testbed.hami_pods import pinned_pod
+    from testbed.hami.hami_pods import pinned_pod
 
     core = client.CoreV1Api(api)
     node = testbed.nodes[3]
@@ -439,7 +439,7 @@ def test_a_user_who_may_not_read_a_node_learns_nothing_about_it(api, ans, testbe
 def test_a_cordoned_node_is_refused_until_uncordoned(api, ans, testbed, request) -> None:
     """kube-scheduler places no new pod on a cordoned node, so a pin there would never land (and a
     move would evict its pod for nothing): refused with the fix, accepted once uncordoned."""
-    from testbed.gpu_nodes import NodeSpec
+    from testbed.data.gpu_nodes import NodeSpec
 
     core = client.CoreV1Api(api)
     node = NodeSpec(f"{ans[:50]}-cordon", gpus=2)
@@ -465,7 +465,7 @@ def test_a_node_the_pods_tolerations_exclude_is_refused_until_the_taint_goes(api
     """kube-scheduler's TaintToleration filter: the pin is ANDed into the pod's own constraints, so
     a pin onto a node with a taint the workload's pods do not tolerate would never land (and a move
     would evict its pod for nothing): refused naming the pod and the taint, accepted once it goes."""
-    from testbed.gpu_nodes import NodeSpec
+    from testbed.data.gpu_nodes import NodeSpec
 
     core = client.CoreV1Api(api)
     node = NodeSpec(f"{ans[:50]}-taint", gpus=2)

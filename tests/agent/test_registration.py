@@ -1,4 +1,4 @@
-"""The webhook registration: the test bed registers the chart's own (testbed/webhooks.py), and the
+"""The webhook registration: the test bed registers the chart's own (testbed/agents/webhooks.py), and the
 API server calls the mutating webhook for exactly the pods the agent would consider
 (agent/mutate.py, is_candidate)."""
 
@@ -15,7 +15,7 @@ from kubernetes.client import ApiException
 
 from agent.mutate import is_candidate
 from hami_place_core.requests import HAMI_RESOURCES
-from testbed.webhooks import KINDS, LOCAL_FIELDS, chart_webhooks
+from testbed.agents.webhooks import KINDS, LOCAL_FIELDS, chart_webhooks
 
 pytestmark = pytest.mark.testbed
 

@@ -11,12 +11,11 @@ import pytest
 from kubernetes import client
 
 from hami_place_core import placement as hp
-from testbed.agent_set import create_placement
-from testbed.placements import placement
-from testbed.waiting import wait_for
-from testbed.workloads import deployment
-
-from .conftest import running, wait_phase
+from testbed.agents.agent_set import create_placement
+from testbed.controlplane.waiting import running_pods as running
+from testbed.controlplane.waiting import wait_for
+from testbed.data.placements import placement, wait_phase
+from testbed.data.workloads import deployment
 
 # The new replica crosses HAMi (its Filter allocates it): run in both modes (docs/testing.md).
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

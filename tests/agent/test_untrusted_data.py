@@ -1,5 +1,5 @@
 """Untrusted cluster data on the test bed: nodes and pods carrying seeded hostile HAMi annotations
-(testbed/fuzz.py) go through the real API server, the agent's watch cache and both webhooks; then
+(testbed/data/fuzz.py) go through the real API server, the agent's watch cache and both webhooks; then
 the REST API, `inspect`, `plan` and the validating webhook are asked about them.
 
 Acceptance (issue 26): 0 answers of 500, 0 CLI exits of 3, 0 tracebacks in the agent's log; each
@@ -22,12 +22,12 @@ from kubernetes.client import ApiException
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
 from kubectl_hami_place.cli import cli
-from testbed.agent_set import AgentSet
-from testbed.fuzz import Fuzzer
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement
-from testbed.tokens import admin_token
-from testbed.waiting import wait_for
+from testbed.agents.agent_set import AgentSet
+from testbed.agents.tokens import admin_token
+from testbed.controlplane.waiting import wait_for
+from testbed.data.fuzz import Fuzzer
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import placement
 
 pytestmark = [pytest.mark.testbed]
 

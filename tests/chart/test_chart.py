@@ -396,7 +396,7 @@ def test_example_policy_renders_from_the_values(testbed, tmp_path) -> None:
 
 def test_example_policy_is_valid_against_the_crd(testbed, tmp_path, api) -> None:
     """Created for real on the API server (the CRD's schema and CEL rules), then deleted."""
-    from testbed.crd import install_crd
+    from testbed.controlplane.crd import install_crd
 
     install_crd(api)
     custom = client.CustomObjectsApi(api)
@@ -603,7 +603,7 @@ CERT_MANAGER_KINDS = {"Issuer", "Certificate"}  # no cert-manager CRDs on the te
 
 @pytest.mark.parametrize("values", [None, *CI_VALUES], ids=lambda v: v.stem if v else "defaults")
 def test_every_rendered_object_passes_server_side_dry_run(testbed, tmp_path, api, ns, values) -> None:
-    from testbed.crd import install_crd
+    from testbed.controlplane.crd import install_crd
 
     install_crd(api)  # the autopilot values render a HamiDefragPolicy
     argv = ["-f", str(values)] if values else []
@@ -688,8 +688,8 @@ def test_the_example_policy_is_admitted_only_by_a_running_agent(testbed, tmp_pat
     """docs/chart.md: the policies webhook (failurePolicy Fail) is the release's own, so once it is
     active, creating the example policy needs a Ready agent: with none (the image here is pause)
     `helm upgrade` enabling it fails on the webhook call and no policy exists."""
-    from testbed.crd import install_crd
-    from testbed.waiting import wait_for
+    from testbed.controlplane.crd import install_crd
+    from testbed.controlplane.waiting import wait_for
 
     install_crd(api)
     scope = f"chart-{secrets.token_hex(4)}"

@@ -19,16 +19,16 @@ from kubernetes import client
 
 from hami_place_core import defrag_policy as dp
 from hami_place_core import placement as hp
-from testbed.agent_set import AgentSet
-from testbed.allocation import start_allocator
-from testbed.chart import render_chart
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement
-from testbed.processes import StartupError
-from testbed.tokens import admin_token
-from testbed.waiting import running_pods
-from testbed.workloads import deployment
+from testbed.agents.agent_set import AgentSet
+from testbed.agents.tokens import admin_token
+from testbed.controlplane.chart import render_chart
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.processes import StartupError
+from testbed.controlplane.waiting import running_pods
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import placement
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 
 # The pin and move duties cross HAMi (its Filter allocates the pinned pods): both modes.
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

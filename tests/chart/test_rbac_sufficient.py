@@ -11,14 +11,14 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed.agent_set import AgentSet, create_placement
-from testbed.allocation import start_allocator
-from testbed.chart import render_chart
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement
-from testbed.waiting import wait_for
-from testbed.workloads import deployment
+from testbed.agents.agent_set import AgentSet, create_placement
+from testbed.controlplane.chart import render_chart
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import placement
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 
 # The pin and move duties cross HAMi (its Filter allocates the pinned pods): both modes.
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

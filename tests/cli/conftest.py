@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testbed.agent_process import expose_agent_service
-from testbed.agent_set import AgentSet
-from testbed.allocation import Allocator, start_allocator
-from testbed.cluster import TestBed
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
+from testbed.agents.agent_process import expose_agent_service
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.cluster import TestBed
+from testbed.controlplane.crd import install_crd
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.hami.allocation import Allocator, start_allocator
 from tests.cli.live import Live
 from tests.cli.plugin_binary import build_binary
 

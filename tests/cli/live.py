@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.agent_set import AgentSet
-from testbed.cluster import TestBed
-from testbed.gpu_nodes import NodeSpec
+from testbed.agents.agent_set import AgentSet
+from testbed.controlplane.cluster import TestBed
+from testbed.data.gpu_nodes import NodeSpec
 
 
 @dataclass

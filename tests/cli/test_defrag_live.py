@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testbed.allocation import start_allocator
-from testbed.gpu_nodes import NodeSpec
-from testbed.waiting import running_pods, wait_for
-from testbed.workloads import deployment
+from testbed.controlplane.waiting import running_pods, wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
 from tests.cli.live import Live
 
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

@@ -10,12 +10,11 @@ import click
 import pytest
 
 from kubectl_hami_place.cli import cli
-from tests.scripts import load_script
+from release import cli_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-cli_reference = load_script("release/cli_reference.py")
 CTX = click.Context(cli, info_name="kubectl hami-place")
 COMMANDS = [n for n in cli.list_commands(CTX) if not cli.get_command(CTX, n).hidden]  # type: ignore[union-attr]
 

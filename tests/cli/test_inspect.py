@@ -13,9 +13,9 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from kubectl_hami_place.cli import cli, main
-from testbed.gpu_nodes import T4, NodeSpec
-from testbed.hami_pods import hami_pod
-from testbed.waiting import wait_for
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import T4, NodeSpec
+from testbed.hami.hami_pods import hami_pod
 
 pytestmark = pytest.mark.testbed
 

@@ -18,10 +18,10 @@ from kubernetes import client
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import get_placement
-from testbed.waiting import running_pods, wait_for
-from testbed.workloads import deployment
+from testbed.controlplane.waiting import running_pods, wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import get_placement
+from testbed.data.workloads import deployment
 from tests.cli.live import Live
 
 pytestmark = pytest.mark.testbed
@@ -195,7 +195,7 @@ def test_the_agent_is_found_by_its_label_whatever_the_release_is_called(live: Li
     ./chart` silently lost live progress. The same agent behind a second release's Service name,
     in a namespace of its own, is found by the chart's label: progress streams through the API
     server's service proxy (no fallback note) with only --agent-namespace given."""
-    from testbed.agent_process import expose_agent_service
+    from testbed.agents.agent_process import expose_agent_service
 
     core, apps = client.CoreV1Api(live.api), client.AppsV1Api(live.api)
     release_ns = f"{live.ns[:40]}-rel"
@@ -223,7 +223,7 @@ def test_unreachable_api_server_is_a_one_line_error(live: Live, tmp_path) -> Non
 
 
 def test_forbidden_user_gets_exit_1_and_the_reason(live: Live, tmp_path) -> None:
-    from testbed.tokens import sa_token
+    from testbed.agents.tokens import sa_token
 
     kubeconfig = live.testbed.write_token_kubeconfig(
         tmp_path / "nobody.kubeconfig", "nobody", sa_token(live.api, live.ns, "nobody")
@@ -299,7 +299,7 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
 def test_progress_stream_needs_services_proxy_rbac_and_falls_back_without_it(live: Live, tmp_path) -> None:
     """The API server, not the agent, authorizes the progress stream: `get services/proxy` on the
     agent Service's proxy port (the chart's progress-reader Role, tests/chart asserts its shape)."""
-    from testbed.tokens import grant_node_read, sa_token
+    from testbed.agents.tokens import grant_node_read, sa_token
 
     rbac, apps = client.RbacAuthorizationV1Api(live.api), client.AppsV1Api(live.api)
     rbac.create_namespaced_role(
@@ -399,7 +399,7 @@ def test_exec_plugin_and_client_certificate_reach_the_same_answer(live: Live, tm
     client-certificate kubeconfig sees; a missing plugin is a one-line error."""
     import yaml
 
-    from testbed.tokens import admin_token
+    from testbed.agents.tokens import admin_token
 
     client.AppsV1Api(live.api).create_namespaced_deployment(live.ns, deployment("paths", replicas=0))
     assert (

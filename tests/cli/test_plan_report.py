@@ -25,7 +25,7 @@ from kubectl_hami_place import report
 from kubectl_hami_place.cli import cli, main
 from kubectl_hami_place.render import SHADES, UNHEALTHY, _cell
 from testbed import chromium
-from testbed.ci import unavailable
+from testbed.controlplane.ci import unavailable
 from tests.planner_fixtures import moves_of, node, pod
 
 # Natural order differs from text order (1, 10, 2, 9); gpu-node-9 has an unhealthy and a cordoned GPU.

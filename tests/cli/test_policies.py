@@ -23,8 +23,8 @@ from kubernetes.client import ApiException
 
 from hami_place_core import defrag_policy as dp
 from kubectl_hami_place.cli import main
-from testbed.crd import install_crd
-from testbed.waiting import wait_for
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
 
 pytestmark = pytest.mark.testbed
 

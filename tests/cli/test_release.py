@@ -11,11 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import build
+from release import release
 from tests.cli.plugin_binary import ROOT, build_binary
-from tests.scripts import load_script
-
-release = load_script("release/release.py")
+from toolchain import build
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from testbed.crd import CRD_FILE, CRD_NAME, install_crd
+from testbed.controlplane.crd import CRD_FILE, CRD_NAME, install_crd
 
 pytestmark = pytest.mark.testbed
 

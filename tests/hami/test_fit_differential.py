@@ -1,7 +1,7 @@
 """Differential Fit (issue 21, item 3): hami_place_core's Fit against the real HAMi scheduler.
 
-A seeded generator (testbed/fit_cases.py) builds at least 300 cases per seed; for each, HAMi's own
-Filter (testbed/fit_probe.py) and the model (testbed/fit_diff.py) say whether the pod fits each
+A seeded generator (testbed/hami/fit_cases.py) builds at least 300 cases per seed; for each, HAMi's own
+Filter (testbed/hami/fit_probe.py) and the model (testbed/hami/fit_diff.py) say whether the pod fits each
 node and on which GPUs. The target is 0 disagreements. docs/hami-fit-differential.md has the
 method, the results per seed and every fix it led to.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fit_cases import generate
-from testbed.fit_diff import judge, render, save_answers, summary, write_report
-from testbed.fit_probe import FitProbe
+from testbed.hami.fit_cases import generate
+from testbed.hami.fit_diff import judge, render, save_answers, summary, write_report
+from testbed.hami.fit_probe import FitProbe
 
 pytestmark = [pytest.mark.hami_only, pytest.mark.testbed, pytest.mark.timeout(1800)]
 
@@ -41,7 +41,7 @@ def test_model_fit_agrees_with_hami(seed, testbed, ns, tmp_path) -> None:
     report = summary(seed, verdicts, time.monotonic() - t0)
     directory = Path(os.environ.get("FITDIFF_REPORT_DIR") or tmp_path)
     path = write_report(directory, report)
-    kept = save_answers(directory, seed, answers)  # python -m testbed.fit_diff judges them again
+    kept = save_answers(directory, seed, answers)  # python -m testbed.hami.fit_diff judges them again
     print(f"\n{render(report)}\nreport: {path}\nHAMi's answers: {kept}")
     assert report["cases"] >= 300
     assert report["disagreements"] == 0, f"{render(report)}; first: {report['examples'][:5]}"

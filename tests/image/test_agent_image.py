@@ -3,7 +3,7 @@
 The image is built once per run with release/image.py (what `make image` runs). The test-bed test
 installs the chart with the test bed's helm (`helm install`, as a user would, scoped to its own
 namespaces), then runs one pod of the Deployment helm stored, in podman on the host network
-(testbed/podman.py): the chart's env, its TLS Secret and webhook-client-CA ConfigMap as mounts, a
+(testbed/agents/podman.py): the chart's env, its TLS Secret and webhook-client-CA ConfigMap as mounts, a
 token for the chart's ServiceAccount from the TokenRequest API, its securityContext (non-root,
 read-only root filesystem, no capabilities). The API server reaches it through the chart's own
 webhook configuration and Service (the ClusterIP on the host's loopback, as kube-proxy would route
@@ -30,17 +30,17 @@ from kubernetes.client import ApiException
 
 from hami_place_core import annotations as ann
 from hami_place_core import placement as hp
-from testbed import debian_packages
-from testbed.allocation import start_allocator
-from testbed.chart import run_helm
-from testbed.ci import unavailable
-from testbed.cluster import WEBHOOK_CLIENT_CN, TestBed
-from testbed.crd import install_crd
-from testbed.gpu_nodes import NodeSpec
-from testbed.placements import placement, placement_status
-from testbed.podman import PodmanPod, image_config, podman, service_ip
-from testbed.waiting import wait_for
-from testbed.workloads import deployment
+from testbed.agents.podman import PodmanPod, image_config, podman, service_ip
+from testbed.controlplane.chart import run_helm
+from testbed.controlplane.ci import unavailable
+from testbed.controlplane.cluster import WEBHOOK_CLIENT_CN, TestBed
+from testbed.controlplane.crd import install_crd
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.placements import placement, placement_status
+from testbed.data.workloads import deployment
+from testbed.hami.allocation import start_allocator
+from toolchain import debian_packages
 
 REPO = Path(__file__).resolve().parents[2]
 # Test-only and build-only distributions that must not be in the agent's image.
@@ -55,7 +55,7 @@ def agent_image() -> str:
     except debian_packages.PackagesMissing as e:
         unavailable(f"cannot build the agent image: {e}")
     proc = subprocess.run(
-        [sys.executable, "release/image.py", "build"], cwd=REPO, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-m", "release.image", "build"], cwd=REPO, capture_output=True, text=True, timeout=1800
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout.strip().splitlines()[-1]
@@ -63,7 +63,7 @@ def agent_image() -> str:
 
 def _in_image(image: str, code: str) -> str:
     """Run Python in the image as the chart runs it: its user, read-only root, no capabilities."""
-    from testbed.podman import host_flags
+    from toolchain.podman_flags import host_flags
 
     args = ["run", "--rm", *host_flags(), "--read-only", "--cap-drop=ALL", "--network=none"]
     return podman(*args, "--entrypoint", "/opt/venv/bin/python", image, "-c", code).stdout
@@ -95,7 +95,7 @@ def test_the_image_holds_the_agents_runtime_dependencies_only(agent_image: str) 
 
 
 def test_the_image_refuses_to_start_outside_a_pod_in_one_line(agent_image: str) -> None:
-    from testbed.podman import host_flags
+    from toolchain.podman_flags import host_flags
 
     proc = podman("run", "--rm", *host_flags(), "--read-only", "--network=none", agent_image, check=False)
     assert proc.returncode == 2, proc.stderr

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import build
-from testbed.ci import unavailable
-from tests.scripts import ROOT, load_script
-
-release = load_script("release/release.py")
+from release import release
+from testbed.controlplane.ci import unavailable
+from tests.scripts import ROOT
+from toolchain import build
 
 
 def _fake_archives(directory: Path, platforms: tuple[str, ...]) -> dict[str, Path]:

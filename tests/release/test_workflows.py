@@ -1,5 +1,5 @@
 """The GitHub workflows, checked here since they cannot run here: actionlint (built once from its
-pinned Go module by the test bed's build step, testbed/tools/actionlint) on every workflow, and the
+pinned Go module by the test bed's build step, toolchain/tools/actionlint) on every workflow, and the
 facts of the release workflow that release/release.py and the docs rely on."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed import build
-from testbed.ci import unavailable
-from tests.scripts import ROOT, load_script
+from release import release
+from testbed.controlplane.ci import unavailable
+from tests.scripts import ROOT
+from toolchain import build
 
-release = load_script("release/release.py")
 WORKFLOWS = ROOT / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yaml"
 # Each platform on a native runner: PyInstaller builds for the OS and arch it runs on.
@@ -118,7 +118,7 @@ def test_agent_image_is_multi_arch_on_ghcr() -> None:
 def test_chart_is_packaged_by_release_py_and_pushed_as_oci() -> None:
     chart = _workflow(RELEASE)["jobs"]["chart"]
     runs = _runs(chart)
-    assert "python release/release.py chart --helm helm" in runs
+    assert "python -m release.release chart --helm helm" in runs
     assert '--image-repository "ghcr.io/$OWNER/hami-place-agent"' in runs
     assert 'helm push "dist/hami-place-$VERSION.tgz" "oci://ghcr.io/$OWNER/charts"' in runs
     # the name release.py's package_chart gives the package
@@ -132,7 +132,7 @@ def test_plugin_matrix_covers_release_py_platforms_on_native_runners() -> None:
     assert sorted(RUNNERS) == sorted(release.PLATFORMS) and len(include) == len(release.PLATFORMS)
     assert plugin["runs-on"] == "${{ matrix.runner }}"
     runs = _runs(plugin)
-    assert "make release" in runs and "release/release.py archive --full" in runs
+    assert "make release" in runs and "python -m release.release archive --full" in runs
     # the check that the archive is this platform's uses release.archive_name's pattern
     assert 'archive="dist/kubectl-hami_place_${VERSION}_${PLATFORM/\\//_}.tar.gz"' in runs
     assert release.archive_name("darwin/arm64", "9.9.9") == "kubectl-hami_place_9.9.9_darwin_arm64.tar.gz"
@@ -146,7 +146,7 @@ def test_release_job_renders_the_krew_manifest_with_release_py() -> None:
     download = _step(job, "actions/download-artifact")["with"]
     assert download == {"path": "dist", "merge-multiple": True}
     runs = _runs(job)
-    assert "python release/release.py manifest" in runs and "--dir dist --out dist/hami-place.yaml" in runs
+    assert "python -m release.release manifest" in runs and "--dir dist --out dist/hami-place.yaml" in runs
     assert "releases/download/$TAG" in runs
     assert 'gh release create "$TAG"' in runs
     for asset in ("kubectl-hami_place_*.tar.gz", "hami-place-*.tgz", "hami-place.yaml", "SHA256SUMS"):

@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 
 from hami_place_core import annotations as ann
-from testbed import build, demo
-from testbed.ci import unavailable
-from testbed.gpu_nodes import NodeSpec
+from testbed import demo
+from testbed.controlplane.ci import unavailable
+from testbed.data.gpu_nodes import NodeSpec
+from toolchain import build
 
 # hami: the demo runs in both modes (with HAMI_SCHEDULER_BIN the real HAMi allocates its pinned pods)
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]

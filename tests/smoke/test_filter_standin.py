@@ -1,6 +1,6 @@
 """A GPU pod whose request fits no GPU stays Pending exactly as HAMi's Filter leaves it, in both
 modes: with real HAMi (HAMI_SCHEDULER_BIN) its extender refuses the node; in CI the labelled
-stand-in for HAMi's Filter does (testbed/filter_standin.py), with the model of HAMi's Fit. A pod
+stand-in for HAMi's Filter does (testbed/hami/filter_standin.py), with the model of HAMi's Fit. A pod
 that fits is scheduled and allocated; a pod without GPUs is never held back."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from kubernetes import client
 
 from hami_place_core import annotations as ann
-from testbed.allocation import start_allocator
-from testbed.gpu_nodes import NodeSpec
-from testbed.hami_pods import pinned_pod
-from testbed.waiting import wait_for
-from testbed.workloads import node_affinity
+from testbed.controlplane.waiting import wait_for
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.data.workloads import node_affinity
+from testbed.hami.allocation import start_allocator
+from testbed.hami.hami_pods import pinned_pod
 
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 

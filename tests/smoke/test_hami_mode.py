@@ -8,9 +8,9 @@ import pytest
 from kubernetes import client
 
 from hami_place_core import annotations as ann
-from testbed.allocation import real_hami
-from testbed.hami import BIND_PHASE_ALLOCATING, mode_banner, scheduler_binary
-from testbed.waiting import running_pods, wait_for
+from testbed.controlplane.waiting import running_pods, wait_for
+from testbed.hami.allocation import real_hami
+from testbed.hami.scheduler import BIND_PHASE_ALLOCATING, mode_banner, scheduler_binary
 
 pytestmark = [pytest.mark.testbed, pytest.mark.hami]
 

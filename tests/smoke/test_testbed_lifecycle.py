@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import STANDIN_SCHEDULER, TestBed
-from testbed.filter_standin import COMPONENT as FILTER_STANDIN
-from testbed.gpu_nodes import uniform_nodes
-from testbed.hami import scheduler_binary
+from testbed.controlplane.cluster import STANDIN_SCHEDULER, TestBed
+from testbed.data.gpu_nodes import uniform_nodes
+from testbed.hami.filter_standin import COMPONENT as FILTER_STANDIN
+from testbed.hami.scheduler import scheduler_binary
 
 pytestmark = pytest.mark.testbed
 

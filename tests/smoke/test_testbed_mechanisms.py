@@ -9,9 +9,9 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from hami_place_core.annotations import decode_register
-from testbed.waiting import running_pods, wait_for
-from testbed.webhook_server import WebhookServer, json_patch
-from testbed.workloads import deployment, node_affinity
+from testbed.controlplane.waiting import running_pods, wait_for
+from testbed.controlplane.webhook_server import WebhookServer, json_patch
+from testbed.data.workloads import deployment, node_affinity
 
 pytestmark = pytest.mark.testbed
 

@@ -416,7 +416,7 @@ def test_webhook_client_ca_is_the_only_trust_root_for_client_certificates(tmp_pa
     import ssl
 
     from agent.tls import server_context
-    from testbed.certs import CertificateAuthority
+    from testbed.controlplane.certs import CertificateAuthority
 
     crt, key = CertificateAuthority("serving").issue_server(["127.0.0.1"]).write(tmp_path, "tls")
     client_ca = CertificateAuthority("apiserver-webhook-client-ca")
@@ -440,7 +440,7 @@ def test_agent_exits_2_with_the_reason_when_the_webhook_client_ca_cannot_be_read
     import subprocess
     import sys
 
-    from testbed.certs import CertificateAuthority
+    from testbed.controlplane.certs import CertificateAuthority
 
     crt, key = CertificateAuthority("serving").issue_server(["127.0.0.1"]).write(tmp_path, "tls")
     env = {
@@ -487,7 +487,7 @@ def _constraint_case(spec: dict[str, Any], annotations: dict[str, str] | None = 
     from agent.validate import check_target
     from hami_place_core.annotations import POD_VGPU_NODE, GpuDevice
     from hami_place_core.placement import Placement
-    from testbed.simulate import gpu_uuid, node_manifest
+    from testbed.hami.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
     gpu = GpuDevice(
@@ -563,7 +563,7 @@ def test_validation_rejects_a_target_node_without_cpu_for_the_pod() -> None:
     from hami_place_core.annotations import GpuDevice
     from hami_place_core.placement import Placement
     from hami_place_core.problems import Code
-    from testbed.simulate import gpu_uuid, node_manifest
+    from testbed.hami.simulate import gpu_uuid, node_manifest
 
     cache = ClusterCache(None)  # type: ignore[arg-type]  # no API calls: events are applied by hand
     devices = [
@@ -651,7 +651,7 @@ def _served_by(tls, ca) -> bool:
 def test_serving_certificate_follows_its_files_and_a_half_written_pair_keeps_the_old_one(tmp_path) -> None:
     from agent import metrics
     from agent.tls import server_context
-    from testbed.certs import CertificateAuthority
+    from testbed.controlplane.certs import CertificateAuthority
 
     old_ca, new_ca = CertificateAuthority("old"), CertificateAuthority("new")
     crt, key = old_ca.issue_server(["127.0.0.1"]).write(tmp_path, "tls")
@@ -675,7 +675,7 @@ def test_log_lines_about_a_placement_carry_its_fields_as_keys() -> None:
 
     from agent.logs import JsonFormatter, fields
     from hami_place_core.placement import Placement
-    from testbed.placements import placement
+    from testbed.data.placements import placement
 
     body = placement("mv", "move-00001", {"app": "web"}, "gpu-node-3", ["gpu-1"], evict="web-1")
     body["metadata"]["namespace"] = "ml"

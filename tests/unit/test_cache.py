@@ -14,7 +14,7 @@ from agent.placement_index import PlacementIndex
 from agent.pod_index import PodIndex
 from hami_place_core import placement as hp
 from hami_place_core.annotations import GpuDevice
-from testbed.simulate import gpu_uuid, node_manifest
+from testbed.hami.simulate import gpu_uuid, node_manifest
 
 PATHS: dict[Resource, str] = {
     "nodes": "/api/v1/nodes",

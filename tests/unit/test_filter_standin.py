@@ -1,4 +1,4 @@
-"""The stand-in for HAMi's Filter (testbed/filter_standin.py) judges nodes with the model of HAMi's
+"""The stand-in for HAMi's Filter (testbed/hami/filter_standin.py) judges nodes with the model of HAMi's
 Fit and words a refusal as HAMi's ``common.GenReason`` does; an error lets every node pass."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from hami_place_core import annotations as ann
-from testbed.filter_standin import FilterStandIn, filter_result, gen_reason
-from testbed.gpu_nodes import NodeSpec
-from testbed.hami_pods import hami_pod
+from testbed.data.gpu_nodes import NodeSpec
+from testbed.hami.filter_standin import FilterStandIn, filter_result, gen_reason
+from testbed.hami.hami_pods import hami_pod
 
 HALF = NodeSpec("half", gpus=4)  # every GPU half used
 FREE = NodeSpec("free", gpus=2)

@@ -1,4 +1,4 @@
-"""The differential Fit test's generator and judge, without a cluster (testbed/fit_cases.py, fit_diff.py)."""
+"""The differential Fit test's generator and judge, without a cluster (testbed/hami/fit_cases.py, fit_diff.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import re
 
 from hami_place_core import annotations as ann
 from hami_place_core.requests import PCT_UNSET, pod_request
-from testbed.fit_cases import FEATURES, generate, node_manifest, pod_manifest, preloaded_manifest
-from testbed.fit_diff import judge, model_state, rejudge, save_answers, summary
-from testbed.fit_probe import HamiAnswer
-from testbed.simulate import fit_on_node
+from testbed.hami.fit_cases import FEATURES, generate, node_manifest, pod_manifest, preloaded_manifest
+from testbed.hami.fit_diff import judge, model_state, rejudge, save_answers, summary
+from testbed.hami.fit_probe import HamiAnswer
+from testbed.hami.simulate import fit_on_node
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

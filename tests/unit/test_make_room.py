@@ -14,7 +14,7 @@ from hami_place_core.node_resources import Resources
 from hami_place_core.planning import PlanOptions, check_moves
 from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
 from hami_place_core.state import ClusterState, build_state
-from testbed.simulate import gpu_uuid, pod_manifest
+from testbed.hami.simulate import gpu_uuid, pod_manifest
 from tests.planner_fixtures import T4, node, pod, replay
 
 
@@ -287,7 +287,7 @@ def test_deterministic_and_independent_of_input_order() -> None:
 
 def test_matches_the_milp_fewest_moves_on_a_small_state() -> None:
     pytest.importorskip("highspy")
-    from testbed.room_milp import fewest_moves
+    from testbed.reference.room_milp import fewest_moves
 
     rng = random.Random(7)  # noqa: S311 (test data)
     nodes = [node(f"n{i}", 4) for i in range(5)]

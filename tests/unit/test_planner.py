@@ -15,7 +15,7 @@ from hami_place_core.planning.bounds import l2, l2_bound, pattern_bound
 from hami_place_core.planning.constraints import node_refusal, tolerates, untolerated_taint
 from hami_place_core.snapshot import load_snapshot
 from hami_place_core.state import ClusterState, build_state
-from testbed.simulate import gpu_uuid
+from testbed.hami.simulate import gpu_uuid
 from tests.planner_fixtures import T4, node, pod, replay
 
 

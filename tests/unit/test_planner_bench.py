@@ -1,19 +1,16 @@
-"""The planner benchmark's helpers that must not change what it measures (bench/planner_bench.py)."""
+"""The planner benchmark's baselines that must not change what it measures
+(testbed/reference/planner_baselines.py, run by bench/planner_bench.py)."""
 
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import planner_bench as pb
 
 from hami_place_core.planning import PlanOptions
 from hami_place_core.state import build_state
-from testbed import openb as ob
-from tests.unit.test_openb_replay import synthetic
+from testbed.data import openb as ob
+from testbed.reference import planner_baselines as pb
+from tests.openb_fixtures import synthetic
 
 
 def test_first_at_least_is_a_first_fit_walk() -> None:

@@ -18,7 +18,7 @@ from hami_place_core.planning import plan
 from hami_place_core.planning.bounds import fewest_bins, l2, l2_bound, pattern_bound
 from hami_place_core.requests import pod_request
 from hami_place_core.state import ClusterState, build_state
-from testbed.simulate import Simulator, bind, gpu_uuid, node_manifest, pod_manifest
+from testbed.hami.simulate import Simulator, bind, gpu_uuid, node_manifest, pod_manifest
 from tests.planner_fixtures import A100, T4, limits, node, pod
 
 pytest.importorskip("highspy")

@@ -20,7 +20,7 @@ from hami_place_core.planning import exact as planner_exact
 from hami_place_core.planning.milp_bounds import milp_bound
 from hami_place_core.state import ClusterState, build_state
 from tests.planner_fixtures import exact_outcomes as outcomes
-from tests.planner_fixtures import node, pod, replay, subset_raw
+from tests.planner_fixtures import node, pod, replay, subset
 
 
 @pytest.fixture(autouse=True)
@@ -33,11 +33,6 @@ def _no_carries(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(strategies, "carries", lambda engine, options: [])
     monkeypatch.setattr(strategies, "seed_chains", lambda engine, options: None)
-
-
-def subset() -> ClusterState:
-    nodes, pods = subset_raw()
-    return build_state(nodes, pods)
 
 
 def test_exact_frees_the_gpu_the_greedy_planner_misses() -> None:

@@ -108,7 +108,7 @@ def test_on_the_subset_the_exact_planner_was_needed_for_the_greedy_planner_frees
     the MILP's optimum is 4. With exclusive pods carried off the CPU-full nodes 0823 and 0886 it
     frees 4, in 9 moves, every step valid. (The one off 0886 is kept because a pod moved onto 0886
     while it was away, before another pod left it: in another order it was not needed.)"""
-    from tests.unit.test_planner_exact import subset
+    from tests.planner_fixtures import subset
 
     state = subset()
     p = plan(state, PlanOptions(solver="greedy"))

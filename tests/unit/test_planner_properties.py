@@ -20,7 +20,7 @@ from hami_place_core.planning import PlanOptions, check_moves, plan
 from hami_place_core.planning.constraints import node_refusal, untolerated_taint
 from hami_place_core.requests import pod_request
 from hami_place_core.state import ClusterState, build_state
-from testbed.simulate import Simulator, bind, pod_manifest
+from testbed.hami.simulate import Simulator, bind, pod_manifest
 from tests.planner_fixtures import A100, T4, limits, node
 
 TAINT = {"key": "dedicated", "value": "infer", "effect": "NoSchedule"}

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hami_place_core.schedule import Cron, ScheduleError, Window, parse_duration, zone
-from testbed.window_reference import old_next_after, old_state
+from testbed.reference.window_reference import old_next_after, old_state
 
 UTC = dt.UTC
 

@@ -13,7 +13,7 @@ from hami_place_core.annotations import GpuDevice
 from hami_place_core.fit import GpuUsage
 from hami_place_core.requests import GpuRequest, pod_request
 from hami_place_core.state import build_state
-from testbed.simulate import (
+from testbed.hami.simulate import (
     Placement,
     Simulator,
     apply,

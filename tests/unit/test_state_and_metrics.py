@@ -22,8 +22,8 @@ from hami_place_core.requests import GpuRequest
 from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot, state_from_snapshot
 from hami_place_core.state import build_state, delete_node, remove_pod, upsert_node, upsert_pod
 from hami_place_core.targets import TargetError, parse_targets, resolve
-from testbed.gpu_nodes import V100_32G, NodeSpec
-from testbed.hami_pods import allocation_annotations, hami_pod
+from testbed.data.gpu_nodes import V100_32G, NodeSpec
+from testbed.hami.hami_pods import allocation_annotations, hami_pod
 
 N1 = NodeSpec("n1", gpus=4)
 N2 = NodeSpec("n2", gpus=2, model=V100_32G)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed import build
+from toolchain import build
 
 
 def test_kubebuilder_assets_takes_precedence_over_the_cache(tmp_path, monkeypatch) -> None:

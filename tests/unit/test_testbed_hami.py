@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import hami
-from testbed.allocation import HamiAllocates, real_hami, start_allocator
-from testbed.processes import StartupError
+from testbed.controlplane.processes import StartupError
+from testbed.hami import scheduler as hami
+from testbed.hami.allocation import HamiAllocates, real_hami, start_allocator
 
 
 def _script(tmp_path: Path, body: str, mode: int = 0o755) -> Path:

@@ -27,7 +27,7 @@ from hami_place_core import placement as hp
 from hami_place_core.annotations import GpuDevice
 from hami_place_core.kube import errors as kube_errors
 from hami_place_core.placement import Placement, pod_shape_problems
-from testbed.simulate import gpu_uuid, node_manifest
+from testbed.hami.simulate import gpu_uuid, node_manifest
 
 SEED = 20  # issue 20
 PLACEMENT_CASES = 3000
