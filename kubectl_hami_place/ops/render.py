@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import click
 from tabulate import tabulate
 
 from hami_place_core.fit import GpuUsage
@@ -294,8 +295,6 @@ def heatmap(
 def warn_unreadable(state: ClusterState) -> None:
     """One warning line on stderr when some node or pod carries unusable HAMi data: the command
     still answers for the rest of the cluster (exit 0), and says what it left out."""
-    import click
-
     line = state.unreadable_summary()
     if line:
         click.echo(f"warning: {line}", err=True)
