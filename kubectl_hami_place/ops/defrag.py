@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import click
 
+from hami_place_core import planning
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
-from hami_place_core.planning import Plan, SolverUnavailable, plan
+from hami_place_core.planning import Plan, SolverUnavailable
 from hami_place_core.planning import PlanOptions as PlannerOptions
 from hami_place_core.planning.exact import ABSENT
 from kubectl_hami_place.errors import UserError
@@ -43,7 +44,7 @@ def defrag(options: DefragOptions) -> None:
         state = live_state(kube, options.selector)
         kept = namespace_only(state.pods, scope)
         with stdout_to_stderr():  # a solver's banner is not defrag's output
-            start = plan(state, replace(base, max_moves=options.max_moves, kept_pods=kept))
+            start = planning.plan(state, replace(base, max_moves=options.max_moves, kept_pods=kept))
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
     if start.solver_note == ABSENT:
@@ -76,7 +77,7 @@ def _apply(kube: Kube, options: DefragOptions, base: PlannerOptions, scope: str 
                 kept_pods=namespace_only(state.pods, scope),
             )
             with stdout_to_stderr():
-                current = plan(state, planner)
+                current = planning.plan(state, planner)
             if not current.moves:
                 break
             m = current.moves[0]

@@ -12,10 +12,10 @@ import yaml
 from tabulate import tabulate
 
 from hami_place_core import placement as hp
+from hami_place_core import planning
 from hami_place_core.examples import resolve_snapshot
 from hami_place_core.planning import Move, Plan, SolverUnavailable
 from hami_place_core.planning import PlanOptions as PlannerOptions
-from hami_place_core.planning import plan as make_plan
 from hami_place_core.planning.planner import TOO_LARGE
 from hami_place_core.planning.room import RoomPlan, make_room
 from hami_place_core.snapshot import load_snapshot
@@ -118,7 +118,7 @@ def _room(state: ClusterState, planner: PlannerOptions, kube: Kube | None, optio
 def _compute(state: ClusterState, options: PlannerOptions) -> Plan:
     """The plan (exit 1 when the solver asked for is missing)."""
     try:
-        result = make_plan(state, options)
+        result = planning.plan(state, options)  # through the package, where a test may wrap it
     except SolverUnavailable as e:
         raise UserError(str(e)) from e
     warn_if_exact_skipped(options.solver, result.solver_note)
