@@ -66,10 +66,10 @@ def evict(
       kubectl hami-place evict trainer-7d9f-abcde
       kubectl hami-place evict trainer-7d9f-abcde --node gpu-node-2 --gpu gpu-1
     """
-    from kubectl_hami_place.ops.placements import move as run
-
     if bool(node) != bool(gpus):
         raise click.UsageError("give --node and --gpu together, or neither")
+    from kubectl_hami_place.ops.placements import move as run
+
     kube = KubeOptions(kubeconfig, context, namespace, all_namespaces, request_timeout)
     flags = PlacementFlags(placement_name, req_id, dry_run, output, AgentOptions(agent_namespace, agent_service), kube)
     run(MoveOptions(pod, node or "", gpus, True, not no_wait, timeout, eviction_timeout, flags))
