@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from click.shell_completion import CompletionItem
 
 from hami_place_core.targets import TargetError, parse_targets
 
@@ -96,6 +95,8 @@ class OutputFormat(click.Choice):
         return super().convert(value, param, ctx)
 
     def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
         names = [c for c in self.choices if not str(c).startswith(JSONPATH)] + [JSONPATH]
         return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 

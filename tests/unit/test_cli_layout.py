@@ -30,6 +30,11 @@ LAZY: tuple[tuple[str, str, str], ...] = (
         "flags load click and ops/args.py alone (the Kubernetes layer is 15 ms, the planner 42 ms)",
     ),
     ("kubectl_hami_place.kube", "urllib3", "the HTTP client, 44 ms: only a request to the API server pays for it"),
+    (
+        "kubectl_hami_place.options",
+        "click.shell_completion",
+        "options.py loads with every command; only completing -o's values needs it (a module less per run)",
+    ),
     ("kubectl_hami_place.printers", "yaml", "11 ms, only for -o yaml (inspect and status -A print tables)"),
     ("kubectl_hami_place.printers", "kubectl_hami_place.jsonpath", "7 ms, only for -o jsonpath and --sort-by"),
     ("kubectl_hami_place.options", "kubectl_hami_place.jsonpath", "the same, while -o jsonpath=... is parsed"),
