@@ -16,7 +16,6 @@ from hami_place_core import __version__
 from hami_place_core.kube.errors import KubeError
 from hami_place_core.snapshot import SnapshotError
 from hami_place_core.targets import TargetError
-from kubectl_hami_place.commands.version import version
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.options import refuse_blank_values
 
@@ -109,7 +108,17 @@ def cli(debug: bool) -> None:
     """
 
 
-cli.add_command(version)
+# Not in COMMANDS, and not a module of commands/: it needs nothing but click, and a module of its
+# own would be two more imports (commands/ and itself) on every start of the binary.
+@cli.command()
+def version() -> None:
+    """Print the plugin version.
+
+    \b
+    Examples:
+      kubectl hami-place version
+    """
+    click.echo(f"kubectl-hami_place {__version__}")
 
 
 USER_ERRORS = (UserError, KubeError, SnapshotError, TargetError)

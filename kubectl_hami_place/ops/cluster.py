@@ -1,16 +1,19 @@
-"""Reading the live cluster: the client a command's kube flags name, and the nodes and pods HAMi
-accounts for, as the core's ClusterState. Shared by inspect, plan, defrag and making room."""
+"""Reading the live cluster: the client a command's kube flags name, the nodes and pods HAMi
+accounts for as the core's ClusterState, and the warning about what could not be read. Shared by
+inspect, status, policies, plan, defrag and making room; it renders nothing, so a command that
+prints no table never loads tabulate."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import click
+
 from hami_place_core import annotations as ann
 from hami_place_core.state import ClusterState, build_state
 from kubectl_hami_place import kube as kube_client
 from kubectl_hami_place.ops.args import KubeOptions
-from kubectl_hami_place.ops.render import warn_unreadable
 
 
 def connect(options: KubeOptions) -> kube_client.Kube:
@@ -52,3 +55,11 @@ def live_state(kube: kube_client.Kube, node_selector: str | None = None, warn: b
     if warn:
         warn_unreadable(state)
     return state
+
+
+def warn_unreadable(state: ClusterState) -> None:
+    """One warning line on stderr when some node or pod carries unusable HAMi data: the command
+    still answers for the rest of the cluster (exit 0), and says what it left out."""
+    line = state.unreadable_summary()
+    if line:
+        click.echo(f"warning: {line}", err=True)

@@ -15,14 +15,13 @@ from hami_place_core.snapshot import load_snapshot, make_snapshot
 from hami_place_core.state import ClusterState, build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.ops.args import InspectOptions
-from kubectl_hami_place.ops.cluster import connect, load_cluster
+from kubectl_hami_place.ops.cluster import connect, load_cluster, warn_unreadable
 from kubectl_hami_place.ops.render import (
     heatmap,
     natural_sorted,
     render_tables,
     summary_table,
     use_color,
-    warn_unreadable,
 )
 from kubectl_hami_place.printers import is_structured, print_structured
 

@@ -25,10 +25,10 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops import report
 from kubectl_hami_place.ops.args import PlanOptions
-from kubectl_hami_place.ops.cluster import connect, load_cluster
+from kubectl_hami_place.ops.cluster import connect, load_cluster, warn_unreadable
 from kubectl_hami_place.ops.moves import describe_move, namespace_only
 from kubectl_hami_place.ops.progress import Progress
-from kubectl_hami_place.ops.render import before_after, warn_unreadable
+from kubectl_hami_place.ops.render import before_after
 from kubectl_hami_place.ops.room import headline, no_room, render_room, room_doc, room_request
 from kubectl_hami_place.ops.workloads import controller_of
 from kubectl_hami_place.printers import counted, is_structured, print_structured

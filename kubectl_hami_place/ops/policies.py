@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from hami_place_core import defrag_policy as dp
 from hami_place_core.kube import errors as kube_errors
@@ -97,6 +96,8 @@ def row(obj: dict[str, Any], wide: bool, now: datetime | None = None) -> list[st
 
 
 def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
+    from tabulate import tabulate  # only for a table: an empty list, -o json/yaml/name never pay for it
+
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
 

@@ -8,7 +8,6 @@ import shutil
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import click
 from tabulate import tabulate
 
 from hami_place_core.fit import GpuUsage
@@ -290,11 +289,3 @@ def heatmap(
         f"stranded {t.stranded:.2f} GPU, FGD {t.fgd:.2f} GPU ({100 * metrics.fragmentation_rate:.0f}% of free)"
     )
     return "\n".join([*lines, "", legend, summary])
-
-
-def warn_unreadable(state: ClusterState) -> None:
-    """One warning line on stderr when some node or pod carries unusable HAMi data: the command
-    still answers for the rest of the cluster (exit 0), and says what it left out."""
-    line = state.unreadable_summary()
-    if line:
-        click.echo(f"warning: {line}", err=True)

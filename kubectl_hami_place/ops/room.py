@@ -18,10 +18,9 @@ from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, pars
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops.args import DefragOptions, MoveSettings
-from kubectl_hami_place.ops.cluster import live_state
+from kubectl_hami_place.ops.cluster import live_state, warn_unreadable
 from kubectl_hami_place.ops.moves import describe_move, execute_move
 from kubectl_hami_place.ops.placements import create_placement, follow_placement, placement_manifest
-from kubectl_hami_place.ops.render import warn_unreadable
 from kubectl_hami_place.ops.workloads import get_pod, pod_workload
 from kubectl_hami_place.printers import counted
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
@@ -56,6 +55,8 @@ def headers(wide: bool, all_namespaces: bool) -> list[str]:
 
 
 def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
+    from tabulate import tabulate  # only for a table: an empty list, -o json/yaml/name never pay for it
+
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
 

@@ -35,6 +35,11 @@ LAZY: tuple[tuple[str, str, str], ...] = (
         "click.shell_completion",
         "options.py loads with every command; only completing -o's values needs it (a module less per run)",
     ),
+    (
+        "kubectl_hami_place.ops.*",
+        "tabulate",
+        "16 ms with html and wcwidth: status and policies print an empty list, -o json/yaml/name without it",
+    ),
     ("kubectl_hami_place.printers", "yaml", "11 ms, only for -o yaml (inspect and status -A print tables)"),
     ("kubectl_hami_place.printers", "kubectl_hami_place.jsonpath", "7 ms, only for -o jsonpath and --sort-by"),
     ("kubectl_hami_place.options", "kubectl_hami_place.jsonpath", "the same, while -o jsonpath=... is parsed"),
