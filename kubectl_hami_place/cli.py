@@ -26,27 +26,44 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 # name -> (module, attribute, one-line help). Commands are imported only when run, so `--help`
 # and shell completion never pay for the Kubernetes client or the model (issue: startup time).
+# Every module is in kubectl_hami_place.commands, where the import contracts see it (a unit test).
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": (
-        "kubectl_hami_place.inspect_cmd",
+        "kubectl_hami_place.commands.inspect",
         "inspect",
         "Show every GPU, its usage, and how fragmented the cluster is.",
     ),
-    "pin": ("kubectl_hami_place.placement_cmds", "pin", "Pin the next pod of a workload to a node and exact GPUs."),
-    "move": ("kubectl_hami_place.placement_cmds", "move", "Move a running pod to a node and exact GPUs."),
-    "evict": ("kubectl_hami_place.placement_cmds", "evict", "Evict a pod safely, and wait for its replacement."),
-    "cancel": ("kubectl_hami_place.placement_cmds", "cancel", "Withdraw a placement that has not been consumed yet."),
-    "status": ("kubectl_hami_place.status_cmd", "status", "List placements: phase, reason, target, pod and age."),
+    "pin": ("kubectl_hami_place.commands.pin", "pin", "Pin the next pod of a workload to a node and exact GPUs."),
+    "move": ("kubectl_hami_place.commands.move", "move", "Move a running pod to a node and exact GPUs."),
+    "evict": ("kubectl_hami_place.commands.evict", "evict", "Evict a pod safely, and wait for its replacement."),
+    "cancel": ("kubectl_hami_place.commands.cancel", "cancel", "Withdraw a placement that has not been consumed yet."),
+    "status": ("kubectl_hami_place.commands.status", "status", "List placements: phase, reason, target, pod and age."),
     "policies": (
-        "kubectl_hami_place.policies_cmd",
+        "kubectl_hami_place.commands.policies",
         "policies",
         "List the autopilot's HamiDefragPolicies: mode, state, plan and moves.",
     ),
-    "plan": ("kubectl_hami_place.plan_cmd", "plan", "Plan the moves that free the most whole GPUs (no changes)."),
-    "defrag": ("kubectl_hami_place.defrag_cmd", "defrag", "Plan moves that free whole GPUs and execute them safely."),
-    "completion": ("kubectl_hami_place.misc_cmds", "completion", "Print a shell completion script (bash, zsh, fish)."),
-    "selftest": ("kubectl_hami_place.misc_cmds", "selftest", "Check this build offline: imports and a rendered table."),
+    "plan": ("kubectl_hami_place.commands.plan", "plan", "Plan the moves that free the most whole GPUs (no changes)."),
+    "defrag": (
+        "kubectl_hami_place.commands.defrag",
+        "defrag",
+        "Plan moves that free whole GPUs and execute them safely.",
+    ),
+    "completion": (
+        "kubectl_hami_place.commands.completion",
+        "completion",
+        "Print a shell completion script (bash, zsh, fish).",
+    ),
+    "selftest": (
+        "kubectl_hami_place.commands.selftest",
+        "selftest",
+        "Check this build offline: imports and a rendered table.",
+    ),
 }
+
+
+# Hidden commands, loaded the same way: kubectl's plugin completion (kubectl_complete-hami_place).
+HIDDEN: dict[str, tuple[str, str]] = {"__complete": ("kubectl_hami_place.commands.completion", "cobra_complete")}
 
 
 class LazyGroup(click.Group):
@@ -59,10 +76,11 @@ class LazyGroup(click.Group):
             cmd = getattr(importlib.import_module(module), attr)
             assert isinstance(cmd, click.Command)
             return refuse_blank_values(cmd)
-        if cmd_name == "__complete":  # kubectl's plugin completion (kubectl_complete-hami_place)
-            from kubectl_hami_place.misc_cmds import cobra_complete
-
-            return cobra_complete
+        if cmd_name in HIDDEN:  # as given: `__complete`'s last word is often empty on purpose
+            module, attr = HIDDEN[cmd_name]
+            hidden = getattr(importlib.import_module(module), attr)
+            assert isinstance(hidden, click.Command)
+            return hidden
         found = super().get_command(ctx, cmd_name)
         return refuse_blank_values(found) if found is not None else None
 
@@ -90,6 +108,8 @@ def cli(debug: bool) -> None:
     """
 
 
+# Not in COMMANDS, and not a module of commands/: it needs nothing but click, and a module of its
+# own would be two more imports (commands/ and itself) on every start of the binary.
 @cli.command()
 def version() -> None:
     """Print the plugin version.

@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import click
 
+from hami_place_core.targets import TargetError, parse_targets
+
 F = TypeVar("F", bound=Callable[..., Any])
 _GUARDED = "_hami_place_blank_guarded"
 
@@ -177,8 +179,6 @@ class Duration(click.ParamType):
 def _check_gpus(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     if not value:
         return value
-    from hami_place_core.targets import TargetError, parse_targets
-
     try:
         parse_targets(list(value))
     except TargetError as e:
@@ -291,3 +291,40 @@ def strategy_option(lead: str, default: str | None = None) -> Callable[[F], F]:
         show_default=default is not None,
         help=f"{lead} {_STRATEGY_HELP}",
     )
+
+
+# --timeout's default for the commands that move a pod and follow the move (move, evict).
+DEFAULT_MOVE_TIMEOUT = "10m"
+
+
+def dry_run_option(fn: F) -> F:
+    """--dry-run for the commands that create a placement, as kubectl's."""
+    return click.option(
+        "--dry-run",
+        type=click.Choice(["none", "client", "server"]),
+        default="none",
+        show_default=True,
+        help="client: print the placement only; server: have the API server and the agent validate it.",
+    )(fn)
+
+
+def name_options(fn: F) -> F:
+    """--name and --req-id of a placement a command creates."""
+    fn = click.option("--name", "placement_name", metavar="NAME", help="Placement name (default: <workload>-<reqID>).")(
+        fn
+    )
+    return click.option(
+        "--req-id",
+        metavar="ID",
+        callback=_check_req_id,
+        help="Request ID, 5-63 characters: letters, digits, '-', '_', '.' (default: random).",
+    )(fn)
+
+
+def _check_req_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The CRD's rule for spec.reqID, checked before anything is sent (exit 2, as --gpu is)."""
+    from hami_place_core import placement as hp
+
+    if value is not None and (problem := hp.req_id_problem(value)):
+        raise click.BadParameter(problem, ctx, param)
+    return value

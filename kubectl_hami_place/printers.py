@@ -59,15 +59,3 @@ def sort_items(items: list[Any], expression: str | None, view: Callable[[Any], A
 def counted(n: int, noun: str) -> str:
     """`1 move`, `2 moves`, `0 GPUs`: a count and its noun, in English."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def warn_if_exact_skipped(solver: str, note: str) -> None:
-    """--solver exact asked for by name, and the state was too large for it: the plan is the
-    greedy planner's. Said on stderr too (the note alone is easy to miss, and absent from yaml)."""
-    from hami_place_core.planning.planner import TOO_LARGE
-
-    if solver == "exact" and note.startswith(TOO_LARGE):
-        click.echo(
-            f"warning: --solver exact: {note.removeprefix('exact planner: ')}; the plan is the greedy planner's",
-            err=True,
-        )

@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.snapshot import make_snapshot
 from hami_place_core.state import build_state
-from kubectl_hami_place import progress
 from kubectl_hami_place.cli import cli
-from kubectl_hami_place.render import heatmap, natural_sorted, range_label
+from kubectl_hami_place.ops import progress
+from kubectl_hami_place.ops.render import heatmap, natural_sorted, range_label
 from tests.planner_fixtures import node, pod
 
 NATURAL = ["gpu-node-1", "gpu-node-2", "gpu-node-9", "gpu-node-10", "gpu-node-11"]

@@ -283,7 +283,7 @@ def test_ctrl_c_leaves_the_placement_and_says_how_to_follow_it(live: Live) -> No
     # This test's own placement: the namespace is the module's, and earlier tests leave theirs, so
     # waiting for any placement sent the Ctrl-C while a loaded machine still started the binary
     # (a KeyboardInterrupt during its imports, exit 1). From the moment the placement exists the
-    # hint holds (placement_cmds.hint_on_interrupt); the second after it only covers the client
+    # hint holds (ops/placements.hint_on_interrupt); the second after it only covers the client
     # reading the API server's answer to its create.
     mine = lambda: [p for p in placements(live.api, live.ns) if p["metadata"]["name"].startswith("interrupted-")]  # noqa: E731
     wait_for("the placement to exist", mine, 60)

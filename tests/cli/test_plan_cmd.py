@@ -18,8 +18,8 @@ from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.planning import check_moves
 from hami_place_core.snapshot import SnapshotError, load_snapshot, make_snapshot
 from hami_place_core.state import build_state
+from kubectl_hami_place.commands.plan import plan
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.plan_cmd import plan
 from tests.planner_fixtures import moves_of, node, pod
 
 REQ_ID = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -156,7 +156,7 @@ def test_errors(small: str, tmp_path: Path) -> None:
 def test_help_and_import_stay_light() -> None:
     assert "--exclude-namespace" in ok("--help")
     code = (
-        "import sys, kubectl_hami_place.plan_cmd; "
+        "import sys, kubectl_hami_place.commands.plan; "
         "heavy = [m for m in ('kubernetes', 'hami_place_core.planning', 'yaml', 'tabulate') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.snapshot import make_snapshot
 from hami_place_core.state import build_state
-from kubectl_hami_place import report
 from kubectl_hami_place.cli import cli, main
-from kubectl_hami_place.render import SHADES, UNHEALTHY, _cell
+from kubectl_hami_place.ops import report
+from kubectl_hami_place.ops.render import SHADES, UNHEALTHY, _cell
 from testbed import chromium
 from testbed.controlplane.ci import unavailable
 from tests.planner_fixtures import moves_of, node, pod

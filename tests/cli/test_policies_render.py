@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubectl_hami_place.policies_cmd import detail, headers, plan_summary, policy_view, row
+from kubectl_hami_place.ops.policies import detail, headers, plan_summary, policy_view, row
 
 NOW = datetime(2026, 12, 6, 12, 0, 0, tzinfo=UTC)
 

@@ -14,9 +14,10 @@ from click.testing import CliRunner, Result
 
 from hami_place_core import placement as hp
 from kubectl_hami_place import kube as kube_module
-from kubectl_hami_place import policies_cmd, status_cmd
 from kubectl_hami_place.cli import cli
-from kubectl_hami_place.placement_cmds import _announce
+from kubectl_hami_place.ops import policies as policies_cmd
+from kubectl_hami_place.ops import status as status_cmd
+from kubectl_hami_place.ops.placements import _announce
 
 
 def placement(name: str, phase: str | None, node: str = "gpu-node-2") -> dict[str, Any]:

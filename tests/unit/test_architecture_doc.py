@@ -19,6 +19,8 @@ PACKAGES = (
     "hami_place_core/planning/room",
     "hami_place_core/triggers",
     "kubectl_hami_place",
+    "kubectl_hami_place/commands",
+    "kubectl_hami_place/ops",
     "agent",
     "testbed",
     "testbed/controlplane",

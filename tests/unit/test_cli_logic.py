@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from hami_place_core import placement as hp
 from hami_place_core.selectors import SelectorError, format_selector, matches, parse_selector
 from hami_place_core.targets import TargetError
-from kubectl_hami_place.follow import AgentRef, Reporter, _sse_views, describe
+from kubectl_hami_place.ops.follow import AgentRef, Reporter, _sse_views, describe
+from kubectl_hami_place.ops.status import age
 from kubectl_hami_place.options import Duration
-from kubectl_hami_place.status_cmd import age
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_reporter_on_a_tty_draws_a_spinner_line_and_clears_it() -> None:
 
 def test_progress_stream_waits_for_the_agents_cache_but_not_for_a_missing_service() -> None:
     from hami_place_core.kube import errors as kube_errors
-    from kubectl_hami_place.follow import AgentRef, _sse_views_when_cached
+    from kubectl_hami_place.ops.follow import AgentRef, _sse_views_when_cached
 
     class FakeKube:
         def __init__(self, errors: list[Exception]) -> None:
@@ -226,7 +226,7 @@ def test_the_agent_is_found_by_its_label() -> None:
     """Issue 40 item 4: any release name. The Service named, else the one the chart labels for
     progress, else the default name (also when Services may not be listed)."""
     from hami_place_core.kube import errors as kube_errors
-    from kubectl_hami_place.follow import DEFAULT_SERVICE, PROGRESS_LABEL, find_agent
+    from kubectl_hami_place.ops.follow import DEFAULT_SERVICE, PROGRESS_LABEL, find_agent
 
     class Services:
         def __init__(self, names: list[str] | Exception) -> None:

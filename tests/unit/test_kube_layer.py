@@ -305,7 +305,7 @@ class _GoneOnce:
 
 
 def test_follow_reads_the_placement_again_after_gone() -> None:
-    from kubectl_hami_place.follow import _watch_views
+    from kubectl_hami_place.ops.follow import _watch_views
 
     kube = _GoneOnce()
     phases = []
@@ -318,7 +318,7 @@ def test_follow_reads_the_placement_again_after_gone() -> None:
 
 
 def test_status_watch_lists_again_after_gone(capsys) -> None:
-    from kubectl_hami_place.status_cmd import _watch
+    from kubectl_hami_place.ops.status import _watch
 
     kube = _GoneOnce()
     _watch(kube, "/apis/x/ml/p", {}, [], "10", "json", False, True)

@@ -183,8 +183,8 @@ def test_lone_pods_on_cpu_full_nodes_share_an_empty_gpu_of_a_roomy_node() -> Non
     assert [t for m in p.moves for t in m.takes] == [f"n3/gpu-{p.moves[0].to_gpus[0]}"] == list(p.moves[0].takes)
     assert all("sharing an empty GPU" in m.reason for m in p.moves)
     replay(s, p.moves)
-    from kubectl_hami_place.moves import describe_move as describe
-    from kubectl_hami_place.plan_cmd import render_plan
+    from kubectl_hami_place.ops.moves import describe_move as describe
+    from kubectl_hami_place.ops.plan import render_plan
 
     taken = p.moves[0].takes[0]
     assert describe(p.moves[0]).endswith(f"; takes {taken})")

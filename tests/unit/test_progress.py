@@ -1,4 +1,4 @@
-"""The progress line on stderr (kubectl_hami_place/progress.py): only on a terminal, only after
+"""The progress line on stderr (kubectl_hami_place/ops/progress.py): only on a terminal, only after
 the delay, erased at the end. Pure (a fake terminal stream)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from kubectl_hami_place import progress
-from kubectl_hami_place.progress import Progress
+from kubectl_hami_place.ops import progress
+from kubectl_hami_place.ops.progress import Progress
 
 
 class Terminal(io.StringIO):

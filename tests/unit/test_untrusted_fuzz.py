@@ -19,7 +19,7 @@ from hami_place_core.planning import PlanOptions, plan
 from hami_place_core.snapshot import make_snapshot, summary
 from hami_place_core.state import ClusterState, build_state
 from hami_place_core.targets import TargetError, parse_targets, resolve
-from kubectl_hami_place.render import heatmap, render_tables
+from kubectl_hami_place.ops.render import heatmap, render_tables
 from testbed.data.fuzz import Case, Fuzzer
 
 SEEDS = [int(os.environ["FUZZ_SEED"])] if os.environ.get("FUZZ_SEED") else [1, 2, 3, 4, 5, 6]

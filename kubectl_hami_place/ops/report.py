@@ -26,11 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from hami_place_core.fragmentation import free_share
+from hami_place_core.planning import Plan, apply_moves
 from hami_place_core.state import ClusterState, NodeState
-from kubectl_hami_place.render import before_after, natural_sorted, range_label
+from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.ops.render import before_after, natural_sorted, range_label
 
 FORMATS = {".html": "html", ".svg": "svg"}
 
@@ -104,7 +105,7 @@ class Layout:
     left_out: tuple[int, int]  # (nodes, GPUs) not drawn
 
 
-def shown_nodes(state: ClusterState, plan: Any) -> tuple[list[str], tuple[int, int]]:
+def shown_nodes(state: ClusterState, plan: Plan) -> tuple[list[str], tuple[int, int]]:
     """Every node with GPUs in natural order, or past MAX_FULL_GPUS only those the plan touches;
     and how many nodes and GPUs that leaves out."""
     with_gpus = [n for n in natural_sorted(state.nodes) if state.nodes[n].devices]
@@ -130,7 +131,7 @@ def _pack(widths: Sequence[float]) -> list[list[int]]:
     return rows
 
 
-def layout(state: ClusterState, plan: Any) -> Layout:
+def layout(state: ClusterState, plan: Plan) -> Layout:
     names, left_out = shown_nodes(state, plan)
     widths = [len(state.nodes[n].devices) * PITCH - (PITCH - CELL) for n in names]
     rows = _pack(widths)
@@ -191,7 +192,7 @@ def _defs() -> str:
     return f"<defs>{style}{squares}{outlines}</defs>"
 
 
-def title_lines(plan: Any, source: str) -> list[str]:
+def title_lines(plan: Plan, source: str) -> list[str]:
     """The picture's title: the plan's own headline figures (the same as `plan`'s table)."""
     b, a = plan.before, plan.after
     return [
@@ -224,7 +225,7 @@ def _legend(y: float, marks: tuple[set[str], set[str]], lay: Layout) -> tuple[li
     return out, max(x, MARGIN + len(note) * 7.0) + MARGIN
 
 
-def svg(state: ClusterState, after: ClusterState, plan: Any, source: str) -> str:
+def svg(state: ClusterState, after: ClusterState, plan: Plan, source: str) -> str:
     """The picture as one SVG element (a file of its own, or inline in the HTML page)."""
     lay = layout(state, plan)
     marks = changed_gpus(state, after)
@@ -256,7 +257,7 @@ def svg(state: ClusterState, after: ClusterState, plan: Any, source: str) -> str
     return "\n".join(out)
 
 
-def html(state: ClusterState, after: ClusterState, plan: Any, source: str) -> str:
+def html(state: ClusterState, after: ClusterState, plan: Plan, source: str) -> str:
     """A page with the picture (scaled to the window; zoom in, it is vector) and under it the plan's
     before/after figures as a table. Its Content Security Policy forbids loading anything: the
     file is all there is."""
@@ -280,10 +281,8 @@ def html(state: ClusterState, after: ClusterState, plan: Any, source: str) -> st
     )
 
 
-def build(state: ClusterState, plan: Any, source: str, fmt: str) -> str:
+def build(state: ClusterState, plan: Plan, source: str, fmt: str) -> str:
     """The report in format `fmt` ('html' or 'svg'); the "after" state is the core's replay."""
-    from hami_place_core.planning import apply_moves
-
     after = apply_moves(state, plan.moves)
     if fmt == "html":
         return html(state, after, plan, source)
@@ -292,8 +291,6 @@ def build(state: ClusterState, plan: Any, source: str, fmt: str) -> str:
 
 def write(path: str, content: str) -> None:
     """Write the report, or say in one line why it cannot be written (exit 1)."""
-    from kubectl_hami_place.errors import UserError
-
     try:
         Path(path).write_text(content, encoding="utf-8")
     except OSError as e:

@@ -289,13 +289,3 @@ def heatmap(
         f"stranded {t.stranded:.2f} GPU, FGD {t.fgd:.2f} GPU ({100 * metrics.fragmentation_rate:.0f}% of free)"
     )
     return "\n".join([*lines, "", legend, summary])
-
-
-def warn_unreadable(state: ClusterState) -> None:
-    """One warning line on stderr when some node or pod carries unusable HAMi data: the command
-    still answers for the rest of the cluster (exit 0), and says what it left out."""
-    import click
-
-    line = state.unreadable_summary()
-    if line:
-        click.echo(f"warning: {line}", err=True)

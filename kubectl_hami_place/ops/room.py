@@ -9,15 +9,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+from tabulate import tabulate
+
+from hami_place_core import placement as hp
+from hami_place_core.planning import PlanOptions as PlannerOptions
+from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room, parse_room_request
 from kubectl_hami_place.errors import UserError
+from kubectl_hami_place.kube import Kube
+from kubectl_hami_place.ops.args import DefragOptions, MoveSettings
+from kubectl_hami_place.ops.cluster import live_state, warn_unreadable
+from kubectl_hami_place.ops.moves import describe_move, execute_move
+from kubectl_hami_place.ops.placements import create_placement, follow_placement, placement_manifest
+from kubectl_hami_place.ops.workloads import get_pod, pod_workload
 from kubectl_hami_place.printers import counted
 
 
-def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any, dict[str, Any] | None]:
+def room_request(
+    kube: Kube | None, pod_name: str | None, spec: str | None
+) -> tuple[RoomRequest, dict[str, Any] | None]:
     """The request of `--for POD` (a pending pod of the current namespace) or `--for-request SPEC`,
     and the pod object (None for a hypothetical request)."""
-    from hami_place_core.planning.room import RoomRequest, parse_room_request
-
     if pod_name and spec:
         raise click_usage("--for and --for-request exclude each other")
     if spec:
@@ -28,8 +40,6 @@ def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any
     assert pod_name
     if kube is None:
         raise click_usage("--for POD needs the live cluster (use --for-request with --snapshot)")
-    from kubectl_hami_place.workloads import get_pod
-
     ns = kube.effective_namespace()
     pod = get_pod(kube, ns, pod_name)
     node = (pod.get("spec") or {}).get("nodeName")
@@ -46,12 +56,10 @@ def room_request(kube: Any, pod_name: str | None, spec: str | None) -> tuple[Any
 
 
 def click_usage(message: str) -> Exception:
-    import click
-
     return click.UsageError(message)
 
 
-def headline(room: Any) -> str:
+def headline(room: RoomPlan) -> str:
     where = f"{room.node} {','.join(room.gpu_devices)}"
     n = len(room.moves)
     if not room.moves:
@@ -59,9 +67,7 @@ def headline(room: Any) -> str:
     return f"{room.request.name} ({room.request.describe()}) fits on {where} after {n} move{'s' if n != 1 else ''}"
 
 
-def render_room(room: Any, source: str) -> str:
-    from tabulate import tabulate
-
+def render_room(room: RoomPlan, source: str) -> str:
     lines = [headline(room), f"source: {source}", ""]
     if room.moves:
         rows = [
@@ -82,69 +88,57 @@ def render_room(room: Any, source: str) -> str:
     return "\n".join(lines)
 
 
-def room_doc(room: Any, source: str) -> dict[str, Any]:
+def room_doc(room: RoomPlan, source: str) -> dict[str, Any]:
     return {"source": source, **room.as_dict()}
 
 
-def no_room(room: Any) -> UserError:
+def no_room(room: RoomPlan) -> UserError:
     return UserError(f"no room for {room.request.name} ({room.request.describe()}): {room.reason}")
 
 
-def pin_pending(kube: Any, pod: dict[str, Any], room: Any, kw: dict[str, Any]) -> str:
+def pin_pending(kube: Kube, pod: dict[str, Any], room: RoomPlan, settings: MoveSettings) -> str:
     """Put the pending pod on the room made: a placement for its workload that evicts the pending
     pod, so its controller recreates it pinned there. A pod without a controller is left alone
     (never deleted): the scheduler places it on the room made. Returns what was done."""
-    from hami_place_core import placement as hp
-    from kubectl_hami_place.placement_cmds import create_placement, follow_placement, placement_manifest
-    from kubectl_hami_place.workloads import pod_workload
-
     meta = pod["metadata"]
     ns, name = meta["namespace"], meta["name"]
     if not any(o.get("controller") for o in meta.get("ownerReferences") or ()):
         return f"room made for {ns}/{name}; it has no controller, so the scheduler places it (it is never deleted)"
+    assert room.node is not None  # a room plan that was made names its node
     wl = pod_workload(kube, pod)
     req_id = hp.new_req_id()
     placement = hp.placement_name(f"room-{name}", req_id)
     manifest = placement_manifest(
-        ns, placement, req_id, wl.selector, room.node, tuple(room.gpu_devices), name, kw.get("eviction_timeout")
+        ns, placement, req_id, wl.selector, room.node, tuple(room.gpu_devices), name, settings.eviction_timeout
     )
     manifest["metadata"]["labels"][hp.CREATED_BY_LABEL] = "kubectl-hami-place-defrag"
     create_placement(kube, manifest, None)
-    follow_placement(kube, ns, placement, kw, kw["timeout"])
+    follow_placement(kube, ns, placement, settings.agent, settings.timeout)
     where = f"{room.node} {','.join(room.gpu_devices)}"
     return f"{ns}/{name} recreated by its controller on {where} (placement {placement})"
 
 
-def defrag_for(
-    kube: Any, pod_name: str, do_apply: bool, max_moves: int, excluded: tuple[str, ...], selector: str | None, kw: Any
-) -> None:
+def defrag_for(kube: Kube, pod_name: str, options: DefragOptions) -> None:
     """`defrag --for POD`: print the plan, or (--apply) make each move, re-planning from the live
     cluster after each, then put the pending pod on the room made."""
-    import click
 
-    from hami_place_core.planning import PlanOptions
-    from hami_place_core.planning.room import make_room
-    from kubectl_hami_place.inspect_cmd import live_state
-    from kubectl_hami_place.moves import describe_move, execute_move
-    from kubectl_hami_place.render import warn_unreadable
-
-    def options(done: int) -> Any:
-        return PlanOptions(
-            max_moves=max_moves - done,
-            excluded_namespaces=frozenset({"kube-system", *excluded}),
-            max_moves_per_workload=kw["max_moves_per_workload"],
+    def planner(done: int) -> PlannerOptions:
+        return PlannerOptions(
+            max_moves=options.max_moves - done,
+            excluded_namespaces=frozenset({"kube-system", *options.planner.excluded}),
+            max_moves_per_workload=options.planner.max_moves_per_workload,
             solver="greedy",
         )
 
     request, pod = room_request(kube, pod_name, None)
     assert pod is not None
-    state = live_state(kube, selector, warn=False)
-    room = make_room(state, request, options(0))
+    state = live_state(kube, options.selector, warn=False)
+    room = make_room(state, request, planner(0))
     if not room.ok:
         raise no_room(room)
     warn_unreadable(state)
     click.echo(headline(room))
-    if not do_apply:
+    if not options.apply:
         for i, m in enumerate(room.moves, 1):
             click.echo(f"  {i}. {describe_move(m)}")
         click.echo("dry run: nothing changed; run with --apply to execute")
@@ -153,7 +147,7 @@ def defrag_for(
     while room.moves:
         click.echo(f"move {done + 1}: {describe_move(room.moves[0])}")
         try:
-            execute_move(kube, room.moves[0], kw)
+            execute_move(kube, room.moves[0], options.moves)
         except UserError as e:
             raise UserError(f"defrag --for stopped at move {done + 1}: {e}") from e
         done += 1
@@ -162,17 +156,15 @@ def defrag_for(
             # The room made was enough and the scheduler placed the pod itself on its next try.
             click.echo(f"room made after {counted(done, 'move')}: {placed}")
             return
-        room = make_room(live_state(kube, selector, warn=False), request, options(done))
+        room = make_room(live_state(kube, options.selector, warn=False), request, planner(done))
         if not room.ok:
             raise UserError(f"after {counted(done, 'move')} the room is gone: {room.reason}")
     click.echo(f"room made after {counted(done, 'move')}: {headline(room)}")
-    click.echo(pin_pending(kube, pod, room, kw))
+    click.echo(pin_pending(kube, pod, room, options.moves))
 
 
-def _scheduled(kube: Any, pod: dict[str, Any]) -> str:
+def _scheduled(kube: Kube, pod: dict[str, Any]) -> str:
     """What became of the pending pod: "" while it still waits, else a sentence saying where it went."""
-    from kubectl_hami_place.workloads import get_pod
-
     meta = pod["metadata"]
     try:
         now = get_pod(kube, meta["namespace"], meta["name"])

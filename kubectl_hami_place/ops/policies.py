@@ -1,4 +1,4 @@
-"""`kubectl hami-place policies`: the autopilot's HamiDefragPolicies and what they are doing.
+"""`policies`: the autopilot's HamiDefragPolicies and what they are doing.
 
 Reads the cluster-scoped policies from the API server (no agent needed): the list shows each
 policy's mode, state, trigger, current plan, moves and last evaluation; `policies NAME` shows one
@@ -17,18 +17,12 @@ import click
 from hami_place_core import defrag_policy as dp
 from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import (
-    OUTPUT_FORMATS,
-    jsonpath_of,
-    kube_options,
-    no_headers_option,
-    output_formats,
-    selector_option,
-    sort_by_option,
-    watch_option,
-)
+from kubectl_hami_place.kube import Kube
+from kubectl_hami_place.ops.args import ListOptions
+from kubectl_hami_place.ops.cluster import connect
+from kubectl_hami_place.ops.status import age
+from kubectl_hami_place.options import jsonpath_of
 from kubectl_hami_place.printers import is_structured, object_name, print_structured, sort_items, structured_text
-from kubectl_hami_place.status_cmd import age
 
 POLICIES_PATH = f"/apis/{dp.GROUP}/{dp.VERSION}/{dp.PLURAL}"
 CRD_NAME = f"{dp.PLURAL}.{dp.GROUP}"
@@ -102,7 +96,7 @@ def row(obj: dict[str, Any], wide: bool, now: datetime | None = None) -> list[st
 
 
 def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
-    from tabulate import tabulate
+    from tabulate import tabulate  # only for a table: an empty list, -o json/yaml/name never pay for it
 
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
@@ -244,62 +238,29 @@ def detail(obj: dict[str, Any], now: datetime | None = None) -> str:
 
 
 # ---- the command ----------------------------------------------------------------------------------
-def _list(kube: Any, query: dict[str, Any]) -> dict[str, Any]:
+def _list(kube: Kube, query: dict[str, Any]) -> dict[str, Any]:
     try:
         return dict(kube.request("GET", POLICIES_PATH, query))
     except kube_errors.NotFound as e:  # the collection itself is missing: no CRD
         raise UserError(CRD_MISSING) from e
 
 
-@click.command()
-@click.argument("name", required=False)
-@selector_option("Only policies with these labels (e.g. -l team=ml).")
-@watch_option("Watch: after the list, print a row (with NAME: the whole view) each time a policy changes.")
-@output_formats(
-    (*OUTPUT_FORMATS, "name"),
-    "Output format: table, wide (more columns), json or yaml (a flat view with the spec and status), "
-    "name (hamidefragpolicy.scheduling.hami.placement.com/NAME).",
-    "{.items[*].state}",
-)
-@no_headers_option
-@sort_by_option
-@kube_options
-def policies(
-    name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, sort_by: str | None, **kw: Any
-) -> None:
-    """List the autopilot's HamiDefragPolicies and what they are doing.
-
-    Reads the cluster-scoped HamiDefragPolicies from the API server (no agent needed): mode,
-    state, what triggered the last evaluation, the current plan, moves succeeded/failed and when
-    the agent last evaluated each. With NAME: the policy in detail (its triggers, scope, window
-    and budgets, the plan's moves, the move in flight, recent moves, pods left out after a
-    failed move, conditions). -o wide adds the message; -o json/yaml print a flat view with the
-    spec and status, which -o jsonpath=TEMPLATE reads; -o name prints kubectl's resource/name.
-    A policy in mode Apply evicts pods on its own (docs/autopilot.md).
-
-    \b
-    Examples:
-      kubectl hami-place policies
-      kubectl hami-place policies gpu-autopilot
-      kubectl hami-place policies gpu-autopilot -w
-      kubectl hami-place policies -o json | jq '.items[] | select(.state=="Blocked")'
-      kubectl hami-place policies -o jsonpath='{.items[?(@.state=="Blocked")].name}'
-      kubectl hami-place policies --no-headers | awk '$3 == "Blocked" {print $1}'
-    """
-    from kubectl_hami_place.kube import Kube
-
-    kube = Kube(kw["kubeconfig"], kw["context"], kw["namespace"], kw["all_namespaces"], kw["request_timeout"])
-    query: dict[str, Any] = {"labelSelector": selector}
+def policies(options: ListOptions) -> None:
+    """The policies: a table, the detail of one, a document, names, or (-w) a row per change."""
+    name, output = options.name, options.output
+    kube = connect(options.kube)
+    query: dict[str, Any] = {"labelSelector": options.selector}
     if name:
         query["fieldSelector"] = f"metadata.name={name}"
     listing = _list(kube, query)
     items = sort_items(
-        sorted(listing.get("items") or [], key=lambda o: str(o["metadata"]["name"])), sort_by, policy_view
+        sorted(listing.get("items") or [], key=lambda o: str(o["metadata"]["name"])), options.sort_by, policy_view
     )
     if name and not items:
         raise UserError(f"policy {name} not found")
-    if watch:
-        _watch(kube, query, items, listing["metadata"]["resourceVersion"], output, bool(name), no_headers)
+    if options.watch:
+        rv = listing["metadata"]["resourceVersion"]
+        _watch(kube, query, items, rv, output, bool(name), options.no_headers)
     elif is_structured(output):
         views = [policy_view(o) for o in items]
         print_structured(views[0] if name else {"items": views, "count": len(views)}, output)
@@ -311,11 +272,11 @@ def policies(
     elif not items:
         click.echo("no HamiDefragPolicies in the cluster", err=True)
     else:
-        click.echo(table(items, output == "wide", no_headers))
+        click.echo(table(items, output == "wide", options.no_headers))
 
 
 def _watch(
-    kube: Any,
+    kube: Kube,
     query: dict[str, Any],
     items: list[dict[str, Any]],
     rv: str,

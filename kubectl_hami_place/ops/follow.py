@@ -51,7 +51,7 @@ PROGRESS_LABEL = "scheduling.hami.placement.com/progress"
 DEFAULT_SERVICE = "gpu-descheduler-webhook"
 
 
-def find_agent(kube: Any, namespace: str, service: str | None) -> AgentRef:
+def find_agent(kube: Kube, namespace: str, service: str | None) -> AgentRef:
     """The agent's progress Service in `namespace`: the one named, else the one labelled
     PROGRESS_LABEL=true there (any release name), else DEFAULT_SERVICE. Of several labelled
     Services (two releases in one namespace) the first by name, said on stderr: the placement

@@ -1,4 +1,4 @@
-"""`kubectl hami-place status`: placements with phase, target, pod and age; `-w` follows live."""
+"""`status`: placements with phase, target, pod and age; `-w` follows them live."""
 
 from __future__ import annotations
 
@@ -8,17 +8,12 @@ from typing import Any
 
 import click
 
+from hami_place_core import placement as hp
 from hami_place_core.kube import errors as kube_errors
 from kubectl_hami_place.errors import UserError
-from kubectl_hami_place.options import (
-    OUTPUT_FORMATS,
-    kube_options,
-    no_headers_option,
-    output_formats,
-    selector_option,
-    sort_by_option,
-    watch_option,
-)
+from kubectl_hami_place.kube import Kube
+from kubectl_hami_place.ops.args import ListOptions
+from kubectl_hami_place.ops.cluster import connect
 from kubectl_hami_place.printers import is_structured, object_name, print_structured, sort_items, structured_text
 
 # -o name's resource, as kubectl prints it: <kind in lowercase>.<group>
@@ -41,9 +36,7 @@ def age(created: str | None, now: datetime | None = None) -> str:
 
 
 def row(obj: dict[str, Any], wide: bool, all_namespaces: bool) -> list[str]:
-    from hami_place_core.placement import Placement, placement_view
-
-    v = placement_view(Placement.from_object(obj))
+    v = hp.placement_view(hp.Placement.from_object(obj))
     target = f"{v['nodeName']}:{','.join(v['gpuDevices'])}"
     pod = v["boundPod"] or (f"{v['evictPod']} (evict)" if v["evictPod"] else "-")
     out = [v["name"], v["phase"], v["reason"] or "-", target, pod, age(obj["metadata"].get("creationTimestamp"))]
@@ -62,7 +55,7 @@ def headers(wide: bool, all_namespaces: bool) -> list[str]:
 
 
 def _fmt(rows: list[list[str]], head: list[str] | None) -> str:
-    from tabulate import tabulate
+    from tabulate import tabulate  # only for a table: an empty list, -o json/yaml/name never pay for it
 
     return tabulate(rows, headers=head or (), tablefmt="plain", disable_numparse=True)
 
@@ -77,63 +70,33 @@ def names(items: list[dict[str, Any]]) -> str:
     return "\n".join(object_name(RESOURCE, o) for o in items)
 
 
-@click.command()
-@click.argument("name", required=False)
-@selector_option("Only placements with these labels (e.g. -l app=web).")
-@watch_option("Watch: after the list, print a row each time a placement changes (with NAME: until it ends).")
-@output_formats(
-    (*OUTPUT_FORMATS, "name"),
-    "Output format: table, wide (more columns), json or yaml (a List of the HamiPodPlacements, as kubectl "
-    "get prints them), name (hamipodplacement.scheduling.hami.placement.com/NAME).",
-    "{.items[*].status.phase}",
-)
-@no_headers_option
-@sort_by_option
-@kube_options
-def status(
-    name: str | None, selector: str | None, watch: bool, output: str, no_headers: bool, sort_by: str | None, **kw: Any
-) -> None:
-    """List placements: phase, reason, target, pod and age.
-
-    Reads HamiPodPlacements from the API server (no agent needed). -o wide adds the reqID and
-    the message; -o json/yaml print the placements as `kubectl get` does (a v1 List of the
-    objects; with -w, one object per change); -o name and -o jsonpath=TEMPLATE work as in kubectl.
-
-    \b
-    Examples:
-      kubectl hami-place status
-      kubectl hami-place status -A -o wide
-      kubectl hami-place status web-3fa9c2d1e0 -n ml -w
-      kubectl hami-place status -o json | jq '.items[] | select(.status.phase=="Failed")'
-      kubectl hami-place status -o jsonpath='{range .items[*]}{.metadata.name}{"\\t"}{.status.phase}{"\\n"}{end}'
-      kubectl hami-place status -o name | xargs kubectl describe
-    """
-    from hami_place_core import placement as hp
-    from kubectl_hami_place.kube import Kube
-
-    kube = Kube(kw["kubeconfig"], kw["context"], kw["namespace"], kw["all_namespaces"], kw["request_timeout"])
-    all_ns = bool(kw["all_namespaces"]) and not name
+def status(options: ListOptions) -> None:
+    """The placements: a table, a List document, names, or (-w) a row per change."""
+    name, output = options.name, options.output
+    kube = connect(options.kube)
+    all_ns = options.kube.all_namespaces and not name
     ns = None if all_ns else kube.effective_namespace()
     path = f"/apis/{hp.GROUP}/{hp.VERSION}/{hp.PLURAL}" if all_ns else hp.placement_path(str(ns))
-    query: dict[str, Any] = {"labelSelector": selector}
+    query: dict[str, Any] = {"labelSelector": options.selector}
     if name:
         query["fieldSelector"] = f"metadata.name={name}"
     listing = kube.request("GET", path, {**query})
     items = sorted(listing.get("items") or [], key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
-    items = sort_items(items, sort_by)
+    items = sort_items(items, options.sort_by)
     if name and not items:
         raise UserError(f"placement {ns}/{name} not found")
     wide = output == "wide"
-    if not watch and is_structured(output):
+    if not options.watch and is_structured(output):
         print_structured(as_list([{"apiVersion": hp.API_VERSION, "kind": hp.KIND, **o} for o in items]), output)
         return
-    if not items and not watch:
+    if not items and not options.watch:
         click.echo(f"no placements in {'any namespace' if all_ns else f'namespace {ns}'}", err=True)
         return
-    if not watch:
-        click.echo(names(items) if output == "name" else table(items, wide, all_ns, no_headers))
+    if not options.watch:
+        click.echo(names(items) if output == "name" else table(items, wide, all_ns, options.no_headers))
         return
-    _watch(kube, path, query, items, listing["metadata"]["resourceVersion"], output, all_ns, bool(name), no_headers)
+    rv = listing["metadata"]["resourceVersion"]
+    _watch(kube, path, query, items, rv, output, all_ns, bool(name), options.no_headers)
 
 
 def table(items: list[dict[str, Any]], wide: bool, all_ns: bool, no_headers: bool = False) -> str:
@@ -141,7 +104,7 @@ def table(items: list[dict[str, Any]], wide: bool, all_ns: bool, no_headers: boo
 
 
 def _watch(
-    kube: Any,
+    kube: Kube,
     path: str,
     query: dict[str, Any],
     items: list[dict[str, Any]],
@@ -151,8 +114,6 @@ def _watch(
     single: bool,
     no_headers: bool = False,
 ) -> None:
-    from hami_place_core import placement as hp
-
     wide = output == "wide"
 
     def emit(obj: dict[str, Any], first: bool = False) -> bool:
