@@ -176,6 +176,23 @@ class Duration(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class DemandSpec(click.ParamType):
+    """`8x2,4x4,1x50`: pods of k GPUs x how many (hami_place_core/capacity.py reads it); a
+    malformed one is a usage error."""
+
+    name = "demand"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from hami_place_core.capacity import Demand, DemandError, parse_demand
+
+        if isinstance(value, Demand):
+            return value
+        try:
+            return parse_demand(str(value))
+        except DemandError as e:
+            self.fail(str(e).removeprefix("--demand: "), param, ctx)
+
+
 def _check_gpus(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     if not value:
         return value
@@ -228,16 +245,24 @@ def watch_option(help_text: str) -> Callable[[F], F]:
 
 
 def planner_options(fn: F) -> F:
-    """--objective, --solver, --max-moves-per-workload and --exclude-namespace: the planner's
-    choices, shared by `plan` and `defrag` so that both plan alike."""
+    """--objective, --demand, --solver, --max-moves-per-workload and --exclude-namespace: the
+    planner's choices, shared by `plan` and `defrag` so that both plan alike."""
     decorators = [
         click.option(
             "--objective",
-            type=click.Choice(["free-gpus", "fragmentation"]),
+            type=click.Choice(["free-gpus", "fragmentation", "demand"]),
             default="free-gpus",
             show_default=True,
-            help="Free as many whole GPUs as possible, or lower FGD fragmentation for the current workload mix; "
-            "either with as few moves as possible.",
+            help="Free as many whole GPUs as possible, or lower FGD fragmentation for the current workload mix, "
+            "or make room for the demand (--demand) without breaking up completely free nodes: the room for "
+            "every pod shape of the demand and the free nodes never end lower; each with as few moves as possible.",
+        ),
+        click.option(
+            "--demand",
+            type=DemandSpec(),
+            metavar="SHAPES",
+            help="The pods to make room for, GPUSxPODS comma-separated, e.g. 8x2,4x4,1x50 (whole GPUs); every "
+            "plan reports their room before and after (default: the Pending GPU pods, else the running mix).",
         ),
         click.option(
             "--solver",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from kubectl_hami_place.ops.args import AgentOptions, DefragOptions, KubeOptions, MoveSettings, PlannerFlags
@@ -14,6 +16,9 @@ from kubectl_hami_place.options import (
     selector_option,
     strategy_option,
 )
+
+if TYPE_CHECKING:
+    from hami_place_core.capacity import Demand
 
 DEFAULT_MAX_MOVES = 10
 
@@ -51,6 +56,7 @@ DEFAULT_MAX_MOVES = 10
 def defrag(
     do_apply: bool,
     objective: str,
+    demand: Demand | None,
     solver: str,
     max_moves_per_workload: int,
     excluded: tuple[str, ...],
@@ -94,5 +100,5 @@ def defrag(
 
     moves = MoveSettings(timeout, eviction_timeout, AgentOptions(agent_namespace, agent_service), strategy)
     kube = KubeOptions(kubeconfig, context, namespace, all_namespaces, request_timeout)
-    planner = PlannerFlags(objective, solver, max_moves_per_workload, excluded)
+    planner = PlannerFlags(objective, solver, max_moves_per_workload, excluded, demand)
     run(DefragOptions(do_apply, planner, max_moves, selector, moves, kube, for_pod))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from kubectl_hami_place.ops.args import KubeOptions, PlannerFlags, PlanOptions
 from kubectl_hami_place.options import kube_options, output_formats, planner_options, selector_option
+
+if TYPE_CHECKING:
+    from hami_place_core.capacity import Demand
 
 PLAN_OUTPUTS = ("table", "json", "yaml")
 
@@ -58,14 +63,17 @@ def _check_report(ctx: click.Context, param: click.Parameter, value: str | None)
     "--for",
     "for_pod",
     metavar="POD",
-    help="Instead: the fewest moves after which this Pending pod (in -n's namespace) fits, and where it goes.",
+    help="Instead: the fewest moves after which this Pending pod (in -n's namespace) fits, and where it goes; "
+    "or, as KIND/NAME, every waiting member of a gang at once (podgroup/NAME: Kubernetes' PodGroup, "
+    "scheduler-plugins' or Volcano's; job/, jobset/, lws/, workload/).",
 )
 @click.option(
     "--for-request",
     metavar="SPEC",
     help="Instead: the fewest moves after which a pod asking for SPEC fits, e.g. "
     "gpus=4,gpumem-percentage=50,type=A100,node-selector=pool=a (keys: gpus, gpumem, gpumem-percentage, "
-    "gpucores, type, nouse-type, uuid, nouse-uuid, node-selector, toleration, cpu, memory).",
+    "gpucores, type, nouse-type, uuid, nouse-uuid, node-selector, toleration, cpu, memory; pods=N: a gang of N "
+    "such pods that must all fit at once).",
 )
 @click.option(
     "--report",
@@ -80,6 +88,7 @@ def _check_report(ctx: click.Context, param: click.Parameter, value: str | None)
 @kube_options
 def plan(
     objective: str,
+    demand: Demand | None,
     solver: str,
     max_moves: int | None,
     max_moves_per_workload: int,
@@ -118,11 +127,13 @@ def plan(
       kubectl hami-place plan --max-moves 5 -o yaml > moves.yaml   # apply one at a time, in order
       kubectl hami-place plan --for train-0 -n ml         # the moves after which Pending pod train-0 fits
       kubectl hami-place plan --snapshot example --for-request gpus=8
+      kubectl hami-place plan --snapshot example --for-request gpus=8,pods=4   # a gang: all at once
+      kubectl hami-place plan --for podgroup/train -n ml  # every waiting member of a gang
       kubectl hami-place plan --snapshot example --report plan.html   # the before/after heatmap
     """
     from kubectl_hami_place.ops.plan import plan as run
 
-    planner = PlannerFlags(objective, solver, max_moves_per_workload, excluded)
+    planner = PlannerFlags(objective, solver, max_moves_per_workload, excluded, demand)
     kube = KubeOptions(kubeconfig, context, namespace, all_namespaces, request_timeout)
     run(
         PlanOptions(

@@ -9,6 +9,10 @@ flag's value, as click parsed it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a type only: importing the model would cost every `--help` its start-up
+    from hami_place_core.capacity import Demand
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,13 @@ class MoveSettings:
 
 @dataclass(frozen=True)
 class PlannerFlags:
-    """--objective, --solver, --max-moves-per-workload, --exclude-namespace (shared by plan and defrag)."""
+    """--objective, --solver, --max-moves-per-workload, --exclude-namespace, --demand (plan and defrag)."""
 
     objective: str
     solver: str
     max_moves_per_workload: int
     excluded: tuple[str, ...]
+    demand: Demand | None = None  # --demand, parsed; None: the pending pods, else the running mix
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,14 @@ from hami_place_core.fragmentation import cluster_metrics, mix_from_state
 from hami_place_core.planning import Plan, SolverUnavailable
 from hami_place_core.planning import PlanOptions as PlannerOptions
 from hami_place_core.planning.exact import ABSENT
+from hami_place_core.state import build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops.args import DefragOptions
-from kubectl_hami_place.ops.cluster import connect, live_state
+from kubectl_hami_place.ops.cluster import connect, demand_for, live_state, load_cluster, warn_unreadable
 from kubectl_hami_place.ops.moves import describe_move, execute_move, namespace_only
 from kubectl_hami_place.ops.plan import warn_if_exact_skipped
+from kubectl_hami_place.ops.render import demand_line
 from kubectl_hami_place.ops.room import defrag_for
 from kubectl_hami_place.printers import counted
 from kubectl_hami_place.quiet import stdout_to_stderr
@@ -41,7 +43,10 @@ def defrag(options: DefragOptions) -> None:
     k = options.kube
     scope = None if k.all_namespaces else k.namespace  # -n: only that namespace's pods move
     try:
-        state = live_state(kube, options.selector)
+        nodes, pods = load_cluster(kube, options.selector)
+        state = build_state(nodes, pods)
+        warn_unreadable(state)
+        base = replace(base, demand=demand_for(state, pods, flags.demand))
         kept = namespace_only(state.pods, scope)
         with stdout_to_stderr():  # a solver's banner is not defrag's output
             start = planning.plan(state, replace(base, max_moves=options.max_moves, kept_pods=kept))
@@ -54,6 +59,9 @@ def defrag(options: DefragOptions) -> None:
         f"plan ({flags.objective}): {counted(len(start.moves), 'move')}; whole GPUs free "
         f"{start.before.whole_free} -> {start.after.whole_free}, FGD {start.before.fgd:.2f} -> {start.after.fgd:.2f}"
     )
+    room = demand_line(start)
+    if room:
+        click.echo(room)
     if not options.apply:
         for i, m in enumerate(start.moves, 1):
             click.echo(f"  {i}. {describe_move(m)}")

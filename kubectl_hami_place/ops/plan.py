@@ -25,10 +25,11 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops import report
 from kubectl_hami_place.ops.args import PlanOptions
-from kubectl_hami_place.ops.cluster import connect, load_cluster, warn_unreadable
+from kubectl_hami_place.ops.cluster import connect, demand_for, load_cluster, warn_unreadable
+from kubectl_hami_place.ops.gang_room import gang_doc, gang_requests, is_gang, plan_gang, render_gang
 from kubectl_hami_place.ops.moves import describe_move, namespace_only
 from kubectl_hami_place.ops.progress import Progress
-from kubectl_hami_place.ops.render import before_after
+from kubectl_hami_place.ops.render import before_after, demand_line
 from kubectl_hami_place.ops.room import headline, no_room, render_room, room_doc, room_request
 from kubectl_hami_place.ops.workloads import controller_of
 from kubectl_hami_place.printers import counted, is_structured, print_structured
@@ -60,7 +61,7 @@ def _read(
     return raw_nodes, raw_pods, kube.server, kube
 
 
-def _planner_options(options: PlanOptions, state: ClusterState) -> PlannerOptions:
+def _planner_options(options: PlanOptions, state: ClusterState, pods: list[dict[str, Any]]) -> PlannerOptions:
     k, flags = options.kube, options.planner
     # -n without --for: only that namespace's pods move (with --for it is the pod's namespace).
     scope = k.namespace if not k.all_namespaces and not options.for_one_pod else None
@@ -72,6 +73,7 @@ def _planner_options(options: PlanOptions, state: ClusterState) -> PlannerOption
         max_moves_per_workload=flags.max_moves_per_workload,
         max_moves_per_gpu=options.max_moves_per_gpu,
         solver=flags.solver,  # type: ignore[arg-type]
+        demand=demand_for(state, pods, flags.demand),
     )
 
 
@@ -89,8 +91,11 @@ def plan(options: PlanOptions) -> None:
         raw_nodes, raw_pods, source, kube = _read(options, progress)
         progress.label = "planning"
         state = build_state(raw_nodes, raw_pods)
+        if is_gang(options.for_pod, options.for_request):
+            _print_gang(options, state, kube, raw_pods, source)
+            return
         with stdout_to_stderr():  # a solver's banner must not reach `-o json | jq`
-            planner = _planner_options(options, state)
+            planner = _planner_options(options, state, raw_pods)
             planned = _room(state, planner, kube, options) if options.for_one_pod else _compute(state, planner)
     if isinstance(planned, RoomPlan):
         _print_room(planned, state, source, options.output, kube, raw_pods)
@@ -104,6 +109,20 @@ def plan(options: PlanOptions) -> None:
         print_structured(plan_doc(planned, source), options.output)
     else:
         click.echo(render_plan(planned, source, options.max_rows))
+
+
+def _print_gang(
+    options: PlanOptions, state: ClusterState, kube: Kube | None, pods: list[dict[str, Any]], source: str
+) -> None:
+    """`plan --for KIND/NAME` or `--for-request ...,pods=N`: room for every member at once."""
+    what, requests = gang_requests(kube, options.for_pod, options.for_request, pods)
+    with stdout_to_stderr():  # a solver's banner must not reach `-o json | jq`
+        room = plan_gang(state, what, requests, _planner_options(options, state, pods))
+    warn_unreadable(state)
+    if is_structured(options.output) or options.output == "yaml":
+        print_structured({"apiVersion": PLAN_API_VERSION, **gang_doc(room, what, source)}, options.output)
+    else:
+        click.echo(render_gang(room, what, source))
 
 
 def _room(state: ClusterState, planner: PlannerOptions, kube: Kube | None, options: PlanOptions) -> RoomPlan:
@@ -150,6 +169,9 @@ def _print_manifests(result: Plan, raw_pods: list[dict[str, Any]], kube: Kube | 
         click.echo(f"# no moves: {_headline(result)}")
         return
     parts = [f"# {_headline(result)}\n# Apply one at a time, in order, each after the one before is Completed."]
+    room = demand_line(result)
+    if room:
+        parts[0] += f"\n# {room}"
     early = stopping_line(result)
     if early:
         parts[0] += f"\n# {early}"
@@ -240,6 +262,12 @@ def render_plan(result: Plan, source: str, max_rows: int | None = None) -> str:
         lines.append("")
     metrics = before_after(result.before, result.after)
     lines.append(tabulate(metrics, headers=["", "BEFORE", "AFTER"], tablefmt="plain", disable_numparse=True))
+    room = demand_line(result)
+    if room:
+        lines.append(f"\n{room}")
+    room = demand_line(result)
+    if room:
+        lines.append(f"\n{room}")
     early = stopping_line(result)
     if early:
         lines.append(f"\n{early}")

@@ -15,7 +15,7 @@ from hami_place_core.fragmentation import ClusterMetrics, NodeMetrics, free_shar
 from hami_place_core.state import ClusterState, NodeState
 
 if TYPE_CHECKING:  # the planner is imported only by the commands that plan
-    from hami_place_core.planning.model import PlanMetrics
+    from hami_place_core.planning.model import Plan, PlanMetrics
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -65,6 +65,20 @@ def before_after(b: PlanMetrics, a: PlanMetrics) -> list[tuple[str, object, obje
         ("stranded (GPUs)", f"{b.stranded:.2f}", f"{a.stranded:.2f}"),
         ("FGD (GPUs)", f"{b.fgd:.2f}", f"{a.fgd:.2f}"),
     ]
+
+
+def demand_line(p: Plan) -> str | None:
+    """The demand's room before and after the plan, in one line: completely free nodes, then the
+    pods of each shape that fit at once (at most eight shapes; -o json has them all)."""
+    if p.demand is None or p.room_before is None or p.room_after is None:
+        return None
+    shapes = list(zip(p.demand.items, p.room_before.pods, p.room_after.pods, strict=True))
+    rooms = "; ".join(f"{i.shape}-GPU pods {b} -> {a}" for i, b, a in shapes[:8])
+    more = f"; {len(shapes) - 8} more shapes in -o json" if len(shapes) > 8 else ""
+    return (
+        f"room for the demand ({p.demand.source}): completely free nodes {p.room_before.free_nodes} -> "
+        f"{p.room_after.free_nodes}; {rooms}{more}"
+    )
 
 
 def node_header(node: NodeState, m: NodeMetrics | None) -> str:

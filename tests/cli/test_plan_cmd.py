@@ -298,3 +298,85 @@ def test_a_namespace_moves_only_its_own_pods() -> None:
     assert own["moves"] and all(m["pod"].startswith("openb/") for m in own["moves"])
     whole = json.loads(ok("--snapshot", "example", "-A", "--max-moves", "5", "-o", "json"))
     assert [m["pod"] for m in whole["moves"]] == [m["pod"] for m in own["moves"]]  # every pod is openb's
+
+
+def test_the_demand_objective_keeps_free_nodes_whole_and_says_the_room(tmp_path: Path) -> None:
+    """Issue 36: a 4-GPU node is completely free and 4-GPU pods are the demand; the free-gpus plan
+    may seed it, the demand plan never lowers the room for a 4-GPU pod or the free nodes."""
+    nodes = [node("free", 4), *(node(n, 2) for n in ("a", "b", "c"))]
+    pods = [pod(f"{n}{i}", n, (i,), 30, labels={"app": f"{n}{i}"}) for n in "abc" for i in (0, 1)]
+    snap = write_snapshot(tmp_path / "s.json", nodes, pods)
+    doc = json.loads(ok("--snapshot", snap, "--objective", "demand", "--demand", "4x1,1x2", "-o", "json"))
+    demand = doc["demand"]
+    assert demand["source"] == "--demand"
+    assert demand["after"]["freeNodes"] >= demand["before"]["freeNodes"] >= 1
+    assert [r["shape"] for r in demand["after"]["room"]] == ["4x1", "1x2"]
+    for before, after in zip(demand["before"]["room"], demand["after"]["room"], strict=True):
+        assert after["fit"] >= before["fit"]
+    assert not any(m["to"]["node"] == "free" for m in doc["moves"])
+    assert doc["gpusFreed"] >= 3
+    table = ok("--snapshot", snap, "--objective", "demand", "--demand", "4x1")
+    assert "room for the demand (--demand): completely free nodes 1 -> " in table
+    assert "4-GPU pods 1 -> 1" in table
+
+
+def test_every_plan_reports_the_running_mixs_room_by_default(small: str) -> None:
+    doc = json.loads(ok("--snapshot", small, "-o", "json"))
+    assert doc["demand"]["source"] == "the running mix"
+    assert "room for the demand (the running mix)" in ok("--snapshot", small)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("8", "is not GPUSxPODS"), ("8x2;4x4", "is not GPUSxPODS"), ("0x1", "1 to 64"), ("4x1,,", "is not GPUSxPODS")],
+)
+def test_a_demand_that_cannot_be_read_is_a_usage_error(small: str, value: str, message: str) -> None:
+    result = invoke("--snapshot", small, "--demand", value)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_a_move_budget_is_never_worse_than_the_first_moves_of_the_unlimited_plan() -> None:
+    """Issue 36's figures on the example: N=59 freed 48 GPUs where the first 59 moves of the
+    unlimited plan free 59."""
+    full = json.loads(ok("--snapshot", "example", "--solver", "greedy", "-o", "json"))
+    limited = json.loads(ok("--snapshot", "example", "--solver", "greedy", "--max-moves", "59", "-o", "json"))
+    prefix = sum(len(m["frees"]) - len(m["takes"]) for m in full["moves"][:59])
+    assert limited["gpusFreed"] >= prefix == 59
+
+
+def _scattered_fours(tmp_path: Path) -> str:
+    """Four 4-GPU nodes, GPUs 0 and 2 of each taken by a whole-GPU pod: 8 GPUs free, no node with 4."""
+    nodes = [node(f"n{i}", 4) for i in range(4)]
+    pods = [pod(f"p{i}-{g}", f"n{i}", (g,), 100, labels={"app": f"p{i}-{g}"}) for i in range(4) for g in (0, 2)]
+    return write_snapshot(tmp_path / "fours.json", nodes, pods)
+
+
+def test_room_for_a_hypothetical_gang_names_each_member_and_the_moves(tmp_path: Path) -> None:
+    snap = _scattered_fours(tmp_path)
+    doc = json.loads(ok("--snapshot", snap, "--for-request", "gpus=4,pods=2", "-o", "json"))
+    assert doc["kind"] == "HamiGangRoomPlan" and doc["fits"] and doc["wanted"] == 2
+    assert [m["pod"] for m in doc["members"]] == ["gang/member-1", "gang/member-2"]
+    assert len({m["node"] for m in doc["members"]}) == 2 and len(doc["moves"]) == 4
+    state = build_state(*load_snapshot(snap)[:2])
+    assert not check_moves(state, moves_of(doc))
+    table = ok("--snapshot", snap, "--for-request", "gpus=4,pods=2")
+    head = "2 pods of 4 GPUs, 100% memory each, 100% cores each: every member fits at once after 4 moves"
+    assert table.startswith(head)
+    assert "MEMBER" in table and "gang/member-2" in table
+
+
+def test_a_gang_that_cannot_fit_exits_1_with_the_member_and_the_reason(tmp_path: Path) -> None:
+    result = invoke("--snapshot", _scattered_fours(tmp_path), "--for-request", "gpus=4,pods=3")
+    assert result.exit_code == 1
+    assert "no room for 3 pods of" in str(result.exception) and "member 3 of 3 (gang/member-3)" in str(result.exception)
+
+
+@pytest.mark.parametrize("pods", ["0", "x", "257", ""])
+def test_a_gang_size_that_is_not_a_count_is_a_usage_error(tmp_path: Path, pods: str) -> None:
+    result = invoke("--snapshot", _scattered_fours(tmp_path), "--for-request", f"gpus=4,pods={pods}")
+    assert result.exit_code == 2 and "pods=" in result.output, result.output
+
+
+def test_for_a_named_group_needs_the_live_cluster(tmp_path: Path) -> None:
+    result = invoke("--snapshot", _scattered_fours(tmp_path), "--for", "podgroup/train")
+    assert result.exit_code == 2 and "needs the live cluster" in result.output

@@ -50,6 +50,11 @@ LAZY: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "kubectl_hami_place.options",
+        "hami_place_core.capacity",
+        "the model (state, Fit): options.py loads with the group (every --help); only a given --demand is read",
+    ),
+    (
+        "kubectl_hami_place.options",
         "hami_place_core.placement",
         "12 ms: options.py loads with the group (every --help); only a given --req-id is checked",
     ),
