@@ -5,15 +5,12 @@ prints no table never loads tabulate."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from hami_place_core import annotations as ann
-from hami_place_core import capacity
-from hami_place_core.pending import pending_gpu_pods
 from hami_place_core.state import ClusterState, build_state
 from kubectl_hami_place import kube as kube_client
 from kubectl_hami_place.ops.args import KubeOptions
@@ -58,13 +55,6 @@ def live_state(kube: kube_client.Kube, node_selector: str | None = None, warn: b
     if warn:
         warn_unreadable(state)
     return state
-
-
-def demand_for(state: ClusterState, pods: list[dict[str, Any]], given: capacity.Demand | None) -> capacity.Demand:
-    """What the plan makes room for and reports: --demand when given, else the GPU pods the
-    scheduler could not place (HAMi's reasons), else the running mix."""
-    waiting = [p.pod for p in pending_gpu_pods(pods, dt.datetime.now(dt.UTC), 0)]
-    return capacity.choose_demand(state, waiting, given)
 
 
 def warn_unreadable(state: ClusterState) -> None:

@@ -18,9 +18,9 @@ from hami_place_core.state import build_state
 from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops.args import DefragOptions
-from kubectl_hami_place.ops.cluster import connect, demand_for, live_state, load_cluster, warn_unreadable
+from kubectl_hami_place.ops.cluster import connect, live_state, load_cluster, warn_unreadable
 from kubectl_hami_place.ops.moves import describe_move, execute_move, namespace_only
-from kubectl_hami_place.ops.plan import warn_if_exact_skipped
+from kubectl_hami_place.ops.plan import demand_for, warn_if_exact_skipped
 from kubectl_hami_place.ops.render import demand_line
 from kubectl_hami_place.ops.room import defrag_for
 from kubectl_hami_place.printers import counted

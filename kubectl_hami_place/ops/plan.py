@@ -3,6 +3,7 @@ nothing; as a table, a document, or one HamiPodPlacement per move (-o yaml)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from typing import Any
@@ -11,9 +12,10 @@ import click
 import yaml
 from tabulate import tabulate
 
+from hami_place_core import capacity, planning
 from hami_place_core import placement as hp
-from hami_place_core import planning
 from hami_place_core.examples import resolve_snapshot
+from hami_place_core.pending import pending_gpu_pods
 from hami_place_core.planning import Move, Plan, SolverUnavailable
 from hami_place_core.planning import PlanOptions as PlannerOptions
 from hami_place_core.planning.planner import TOO_LARGE
@@ -25,7 +27,7 @@ from kubectl_hami_place.errors import UserError
 from kubectl_hami_place.kube import Kube
 from kubectl_hami_place.ops import report
 from kubectl_hami_place.ops.args import PlanOptions
-from kubectl_hami_place.ops.cluster import connect, demand_for, load_cluster, warn_unreadable
+from kubectl_hami_place.ops.cluster import connect, load_cluster, warn_unreadable
 from kubectl_hami_place.ops.gang_room import gang_doc, gang_requests, is_gang, plan_gang, render_gang
 from kubectl_hami_place.ops.moves import describe_move, namespace_only
 from kubectl_hami_place.ops.progress import Progress
@@ -142,6 +144,13 @@ def _compute(state: ClusterState, options: PlannerOptions) -> Plan:
         raise UserError(str(e)) from e
     warn_if_exact_skipped(options.solver, result.solver_note)
     return result
+
+
+def demand_for(state: ClusterState, pods: list[dict[str, Any]], given: capacity.Demand | None) -> capacity.Demand:
+    """What the plan makes room for and reports: --demand when given, else the GPU pods the
+    scheduler could not place (HAMi's reasons), else the running mix."""
+    waiting = [p.pod for p in pending_gpu_pods(pods, dt.datetime.now(dt.UTC), 0)]
+    return capacity.choose_demand(state, waiting, given)
 
 
 def warn_if_exact_skipped(solver: str, note: str) -> None:
