@@ -29,7 +29,7 @@ from kubectl_hami_place.quiet import stdout_to_stderr
 
 def defrag(options: DefragOptions) -> None:
     """The plan; with `apply` its moves, one at a time, each re-planned from the live cluster."""
-    kube = connect(replace(options.kube, all_namespaces=False))
+    kube = connect(options.kube._replace(all_namespaces=False))
     if options.for_pod is not None:
         defrag_for(kube, options.for_pod, options)
         return
