@@ -8,6 +8,7 @@ checked with the same kube-scheduler rules the planner plans with.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,9 @@ class Plan:
     seconds: float
     solver: str = "greedy"  # which planner's moves these are: "greedy" or "exact"
     solver_note: str = ""  # why (the exact planner's outcome, when it ran)
+    # Whole GPUs free after each move, less before (prefix.prefix_totals): what stopping_points
+    # reads. Empty: counted from the moves' own `frees` and `takes`.
+    freed_by_prefix: tuple[int, ...] = ()
     # The demand's room (free nodes, pods of each shape that fit at once) before and after.
     demand: Demand | None = None
     room_before: Room | None = None
@@ -150,14 +154,14 @@ class Plan:
         moves free, ending with the whole plan. Every prefix of a plan is a valid plan, and the
         cheapest frees come first, so the last moves buy the least: this is where to set
         --max-moves, or stop a running defrag, for most of the gain."""
-        total = sum(len(m.frees) - len(m.takes) for m in self.moves)
+        running = self.freed_by_prefix or tuple(itertools.accumulate(len(m.frees) - len(m.takes) for m in self.moves))
+        total = running[-1] if running else 0
         if total <= 0:
             return []
         points: list[tuple[int, int]] = []
         freed = 0
         wanted = sorted({math.ceil(share * total) for share in shares if 0 < share < 1})
-        for i, m in enumerate(self.moves, start=1):
-            freed += len(m.frees) - len(m.takes)
+        for i, freed in enumerate(running, start=1):
             while wanted and freed >= wanted[0]:
                 wanted.pop(0)
                 if not points or points[-1][1] < freed:

@@ -64,10 +64,18 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         seconds=time.perf_counter() - started,
         solver=solver,
         solver_note=note,
+        freed_by_prefix=_freed_by_prefix(base, moves),
         demand=demand,
         room_before=capacity.room(state, demand),
         room_after=capacity.room(after_state, demand),
     )
+
+
+def _freed_by_prefix(base: ClusterState, moves: tuple[Move, ...]) -> tuple[int, ...]:
+    """Whole GPUs freed after each move, counted on the state (a move's own `frees` and `takes`
+    are the engine's view, which leaves out GPUs a node-room exchange frees on a CPU-full node)."""
+    totals = prefix_totals(base, moves, free_gpus_measure())
+    return tuple(int(t[0] - totals[0][0]) for t in totals[1:])
 
 
 Found = tuple[tuple[Move, ...], Engine, str, str]  # moves, the engine that planned them, solver, note

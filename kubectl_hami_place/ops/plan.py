@@ -274,9 +274,6 @@ def render_plan(result: Plan, source: str, max_rows: int | None = None) -> str:
     room = demand_line(result)
     if room:
         lines.append(f"\n{room}")
-    room = demand_line(result)
-    if room:
-        lines.append(f"\n{room}")
     early = stopping_line(result)
     if early:
         lines.append(f"\n{early}")

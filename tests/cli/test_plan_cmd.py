@@ -380,3 +380,12 @@ def test_a_gang_size_that_is_not_a_count_is_a_usage_error(tmp_path: Path, pods: 
 def test_for_a_named_group_needs_the_live_cluster(tmp_path: Path) -> None:
     result = invoke("--snapshot", _scattered_fours(tmp_path), "--for", "podgroup/train")
     assert result.exit_code == 2 and "needs the live cluster" in result.output
+
+
+def test_the_room_line_is_printed_once_and_the_stopping_points_count_what_the_state_frees() -> None:
+    out = ok("--snapshot", "example", "--objective", "demand", "--max-rows", "4")
+    assert out.count("room for the demand") == 1
+    head = re.match(r"plan \(demand\): (\d+) moves; whole GPUs free 736 -> (\d+)", out.splitlines()[0])
+    assert head is not None
+    freed = int(head.group(2)) - 736
+    assert re.search(rf"all {head.group(1)} free {freed}\b", out), out[-600:]
