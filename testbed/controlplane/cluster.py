@@ -33,6 +33,10 @@ from testbed.hami.scheduler import (
 )
 from toolchain import build
 
+# Native gang scheduling (KEP-4671), alpha in 1.36: the PodGroup API (scheduling.k8s.io/v1alpha2),
+# pods' spec.schedulingGroup, and the scheduler's gang plugin, in every control-plane process, so
+# gangs run through the real kube-scheduler (issue 36). Pods without a group are unaffected.
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
 SERVICE_CIDR = "10.0.0.0/24"
 WEBHOOK_CLIENT_CN = "kube-apiserver-webhook-client"
 POD_CIDR = "10.244.0.0/16"
@@ -309,6 +313,9 @@ class TestBed:
                 # which endpoint validation rejects (loopback) on every tick.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--feature-gates={FEATURE_GATES}",
+                # The PodGroup API of native gangs is alpha in 1.36: served only when asked for.
+                "--runtime-config=scheduling.k8s.io/v1alpha2=true",
             ],
         )
         # The admin's client pair (pki/admin-client.*) also authenticates the readiness probe.
@@ -337,6 +344,7 @@ class TestBed:
                 f"--service-account-private-key-file={self.pki / 'sa.key'}",
                 f"--root-ca-file={self.ca_file}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--feature-gates={FEATURE_GATES}",
             ],
         )
         hami_binary = scheduler_binary()
@@ -392,7 +400,13 @@ class TestBed:
         path.write_text(header + yaml.safe_dump(config))
         return self._spawn(
             name,
-            [self._bin("kube-scheduler"), f"--config={path}", f"--secure-port={port}", "--bind-address=127.0.0.1"],
+            [
+                self._bin("kube-scheduler"),
+                f"--config={path}",
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                f"--feature-gates={FEATURE_GATES}",
+            ],
         )
 
     def _spawn_filter_standin(self) -> tuple[Process, str]:
