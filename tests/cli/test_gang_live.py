@@ -63,10 +63,10 @@ def _gang(api: Any, ns: str, name: str, members: int, min_count: int) -> None:
     client.CustomObjectsApi(api).create_namespaced_custom_object(*PODGROUPS[:2], ns, PODGROUPS[2], group)
     core = client.CoreV1Api(api)
     for i in range(members):
-        pod = deployment(f"{name}-{i}", gpu=4)["spec"]["template"]
-        pod["spec"]["nodeSelector"] = {"gang-pool": ns}
-        pod["spec"]["schedulingGroup"] = {"podGroupName": name}
-        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i}"}, **pod})
+        template = deployment(f"{name}-{i}", gpu=4)["spec"]["template"]
+        spec = {**template["spec"], "nodeSelector": {"gang-pool": ns}, "schedulingGroup": {"podGroupName": name}}
+        meta = {**template["metadata"], "name": f"{name}-{i}"}
+        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
 
 
 def _plan(testbed: Any, ns: str, *args: str) -> Any:
