@@ -36,16 +36,23 @@ def scattered(testbed: Any, api: Any, ns: str) -> Iterator[list[NodeSpec]]:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     try:
         for i in range(4):
-            body = deployment(f"filler-{i}")
-            body["spec"]["template"]["spec"]["nodeSelector"] = {"gang-node": str(i), "gang-pool": ns}
+            # Preferred, not required: a pod pinned to its node by a selector could never move.
+            body = deployment(f"filler-{i}", affinity=_prefer("gang-node", str(i)))
+            body["spec"]["template"]["spec"]["nodeSelector"] = {"gang-pool": ns}
             apps.create_namespaced_deployment(ns, body)
         wait_for("the fillers allocated", lambda: len(_allocated(core, ns)) == 4, 90)
+        assert len({p.spec.node_name for p in _allocated(core, ns)}) == 4  # one on each node
         yield nodes
     finally:
         allocator.stop()
         for n in nodes:
             with contextlib.suppress(ApiException):
                 core.delete_node(n.name)
+
+
+def _prefer(key: str, value: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}]}}
 
 
 def _allocated(core: Any, ns: str) -> list[Any]:
