@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from hami_place_core import capacity
 from hami_place_core.fit import GpuUsage
 from hami_place_core.fragmentation import ClusterMetrics, NodeMetrics, free_share
 from hami_place_core.state import ClusterState, NodeState
@@ -137,6 +138,7 @@ def cluster_table(state: ClusterState, metrics: ClusterMetrics) -> str:
         ],
         ["GPUs", f"{t.gpus} ({t.healthy} healthy)"],
         ["whole GPUs free", f"{t.whole_free}"],
+        *_room_rows(state, metrics),
         ["GPUs in use", f"{t.in_use}"],
         ["free capacity", f"{t.free:.2f} GPU"],
         ["stranded (no whole-GPU request can use it)", f"{t.stranded:.2f} GPU"],
@@ -153,6 +155,15 @@ def cluster_table(state: ClusterState, metrics: ClusterMetrics) -> str:
         mix += f", +{len(metrics.mix.tasks) - 4} more"
     rows.append(["workload mix (for FGD)", mix])
     return "CLUSTER\n" + tabulate(rows, tablefmt="plain", disable_numparse=True)
+
+
+def _room_rows(state: ClusterState, metrics: ClusterMetrics) -> list[list[str]]:
+    """Completely free nodes, and how many pods of each GPU count the running pods use fit at
+    once (hami_place_core/capacity.py): the room a waiting multi-GPU job looks for."""
+    demand = capacity.choose_demand(state)
+    room = capacity.room(state, demand, group_of=None, nodes=[n for n in metrics.nodes if n in state.nodes])
+    fits = ", ".join(f"{i.shape}: {n}" for i, n in list(zip(demand.items, room.pods, strict=True))[:8])
+    return [["completely free nodes", str(room.free_nodes)], ["room for pods of k GPUs", f"{fits} ({demand.source})"]]
 
 
 def problems_text(state: ClusterState, limit: int = 10) -> str:

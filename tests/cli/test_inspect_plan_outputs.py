@@ -213,3 +213,16 @@ def test_plan_shows_progress_on_a_terminal_stderr_only(monkeypatch: pytest.Monke
     err = result.stderr
     assert re.search(r"\r[-\\|/] (reading the snapshot|planning) \d+s", err), repr(err[:200])
     assert err.endswith("\r") and err.rsplit("\r", 2)[-2].strip() == ""  # erased before the output
+
+
+def test_inspect_says_the_free_nodes_and_the_room_for_k_gpu_pods(tmp_path: Path) -> None:
+    """Issue 36: what a waiting multi-GPU job looks for, in the CLUSTER table; on the example the
+    hand count of the issue (168 free nodes; room for 56, 117 and 352 pods of 8, 4 and 2 GPUs)."""
+    out = ok("inspect", "--snapshot", "example")
+    assert "completely free nodes                       168" in out
+    assert "room for pods of k GPUs                     8: 56, 4: 117, 2: 352, 1: 736 (the running mix)" in out
+    # Only the nodes asked for: one node of 4 GPUs, one of them used by a 1-GPU pod.
+    snap = write_snapshot(tmp_path / "s.json", [node("a", 4), node("b", 2)], [pod("p", "a", (0,), 100)])
+    one = ok("inspect", "a", "--snapshot", snap)
+    assert "completely free nodes                       0" in one
+    assert "room for pods of k GPUs                     1: 3 (the running mix)" in one
