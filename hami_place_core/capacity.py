@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_place_core.annotations import GpuDevice
-from hami_place_core.fit import GpuUsage, add_usage, gpu_fit_reason
+from hami_place_core.fit import NO_SELECTORS, GpuUsage, add_usage, gpu_fit_reason
+from hami_place_core.fragmentation import WHOLE_GPU, schedulable, task_of
 from hami_place_core.node_resources import Resources, pod_requests
 from hami_place_core.requests import DeviceSelectors, GpuRequest, PodRequest, pod_request
 from hami_place_core.state import ClusterState, NodeState
@@ -39,8 +40,6 @@ from hami_place_core.state import ClusterState, NodeState
 # shape asking 0 memory and 0 cores would otherwise fit forever (HAMi bounds it by the GPU's
 # share slots, which a register may state as large as it likes).
 MAX_COPIES_PER_GPU = 64
-NO_SELECTORS = DeviceSelectors()
-WHOLE_GPU = GpuRequest(nums=1, mem_percentage=100, coresreq=100)
 
 
 class DemandError(ValueError):
@@ -99,13 +98,11 @@ def parse_demand(text: str, source: str = "--demand") -> Demand:
 
 
 def item_of(request: PodRequest, node_request: Resources | None = None) -> DemandItem | None:
-    """The shape of one pod (its first GPU container's request, its type selectors); None without GPUs."""
-    gpu = request.gpu_containers
-    if not gpu:
+    """The shape of one pod (its task type, as FGD reads it); None without GPUs."""
+    task = task_of(request)
+    if task is None:
         return None
-    sel = request.selectors
-    selectors = DeviceSelectors(use_types=sel.use_types, nouse_types=sel.nouse_types)
-    return DemandItem(gpus=gpu[0].nums, count=1, request=gpu[0], selectors=selectors, node_request=node_request)
+    return DemandItem(task.request.nums, 1, task.request, task.selectors, node_request)
 
 
 def demand_of(requests: Iterable[DemandItem | None], source: str) -> Demand | None:
@@ -152,10 +149,6 @@ def choose_demand(
 
 
 # ---- room ---------------------------------------------------------------------------------------------
-def schedulable(node: NodeState) -> bool:
-    return node.ready and not node.unschedulable and node.parseable
-
-
 def node_is_free(node: NodeState) -> bool:
     """Completely free: schedulable, with GPUs, every one healthy, uncordoned and unused."""
     return (
@@ -257,7 +250,7 @@ def room(
         if not node.devices:
             continue
         here = [node_room(state, node, item) for item in demand.items]
-        row = [int(node_is_free(node)), node_room(state, node, whole_item) if schedulable(node) else 0, *here]
+        row = [int(node_is_free(node)), node_room(state, node, whole_item), *here]
         free_nodes, whole = free_nodes + row[0], whole + row[1]
         pods = [a + b for a, b in zip(pods, here, strict=True)]
         if group_of is not None:

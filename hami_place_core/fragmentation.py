@@ -76,7 +76,8 @@ def free_share(gpu: GpuDevice, usage: GpuUsage) -> float:
     return max(0.0, min(mem, cores, 1.0))
 
 
-def _schedulable(node: NodeState) -> bool:
+def schedulable(node: NodeState) -> bool:
+    """Ready, not cordoned, with a readable register: a node anything can be placed on."""
     return node.ready and not node.unschedulable and node.parseable
 
 
@@ -93,7 +94,7 @@ def task_fragment(node: NodeState, task: TaskType) -> float:
             usable_count += 1
         else:
             unusable += share
-    if not _schedulable(node) or usable_count < task.request.nums:
+    if not schedulable(node) or usable_count < task.request.nums:
         return total
     return unusable
 
@@ -150,7 +151,7 @@ class FitTable:
 def node_metrics(node: NodeState, mix: WorkloadMix, fits: FitTable | None = None) -> NodeMetrics:
     fits = fits or FitTable(mix)
     m = NodeMetrics(gpus=len(node.devices))
-    schedulable = _schedulable(node)
+    usable = schedulable(node)
     shares: list[float] = []
     ids: list[int] = []
     whole = fits.table[0]
@@ -172,11 +173,11 @@ def node_metrics(node: NodeState, mix: WorkloadMix, fits: FitTable | None = None
         m.free += share
         if u.used > 0:
             m.in_use += 1
-        if schedulable and whole[sid]:
+        if usable and whole[sid]:
             m.whole_free += 1
         else:
             m.stranded += share
-    m.fgd = node_fgd(mix, fits, ids, shares, schedulable)
+    m.fgd = node_fgd(mix, fits, ids, shares, usable)
     return m
 
 

@@ -45,7 +45,7 @@ def plan(state: ClusterState, options: PlanOptions | None = None) -> Plan:
         raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {options.solver!r}")
     started = time.perf_counter()
     mix = options.mix or mix_from_state(state)
-    demand = options.demand or capacity.running_demand(state) or capacity.NOTHING
+    demand = capacity.choose_demand(state, given=options.demand)
     base = replacement_state(state)
     found = _solve(base, options, mix, demand)
     if options.max_moves is not None and options.objective != "demand":

@@ -165,6 +165,13 @@ def test_plan_then_defrag_apply_frees_exactly_the_planned_gpus(live: Live, fragm
     assert moves >= 1 and predicted > before, dry.stdout
     assert len([line for line in dry.stdout.splitlines() if re.match(r"  \d+\. ", line)]) == moves
     assert "dry run: nothing changed" in dry.stdout and whole_free(live, sel) == before
+    # The demand's room before and after (issue 36), read from the live cluster as plan reads it.
+    assert re.match(
+        r"room for the demand \(the running mix\): completely free nodes \d+ -> \d+; ", dry.stdout.splitlines()[1]
+    )
+    asked = live.run("defrag", "-l", sel, "--max-moves", "8", "--demand", "4x2")
+    assert asked.returncode == 0 and "room for the demand (--demand): " in asked.stdout, asked.stderr
+    assert re.search(r"4-GPU pods (\d+) -> (\d+)", asked.stdout), asked.stdout
 
     applied = live.run("defrag", "-l", sel, "--max-moves", "8", "--apply", timeout=600)
     assert applied.returncode == 0, (applied.stdout, applied.stderr)
