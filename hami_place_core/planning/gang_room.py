@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hami_place_core.node_resources import Resources
 from hami_place_core.planning.model import Move, PlanOptions, apply_moves
 from hami_place_core.planning.room import RoomPlan, RoomRequest, make_room
 from hami_place_core.requests import PodRequest
@@ -155,4 +154,4 @@ def _reserve(state: ClusterState, req: RoomRequest, name: str, room: RoomPlan) -
         request=PodRequest(init=(), containers=(req.gpu,), selectors=req.selectors),
     )
     add_pod(state, alloc)
-    set_pod_requests(state, alloc.key, room.node, req.resources if req.resources != Resources() else None)
+    set_pod_requests(state, alloc.key, room.node, req.resources)
